@@ -1,0 +1,9 @@
+import type { Command } from 'commander';
+
+/**
+ * Every sub-command lives in its own file in this folder and exports a `register…` function;
+ * this list is the one place that wires them into the program.
+ */
+export function registerCommands(program: Command): void {
+  void program;
+}
