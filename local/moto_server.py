@@ -1,0 +1,78 @@
+"""Launch moto's server for threadgate's local stack.
+
+moto runs an enabled SQS event source mapping itself, synchronously inside SendMessage,
+by invoking the function in Docker. These machines have no Docker engine, so that path
+fails after bumping the message's receive count. threadgate's local runtime is the poller,
+so this launcher makes every queue's mapping registry a write-only sink: moto still stores
+and reports the mappings through the Lambda API, but SendMessage never invokes anything.
+
+Prints one JSON line {"port": N} on stdout once the server listens, then serves until
+stdin closes or the process is signalled.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+try:
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.sqs import models as sqs_models
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    sys.stderr.write(
+        "threadgate: python3 cannot import moto's server (%s).\n"
+        "Install it with: python3 -m pip install 'moto[server]>=5,<6'\n" % exc
+    )
+    sys.exit(3)
+
+
+class _Sink(dict):
+    """A mapping registry that forgets whatever is put in it."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _no_queue_mappings(self):
+    return _Sink()
+
+
+def _ignore(self, value):
+    pass
+
+
+sqs_models.Queue.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    sys.stdout.write(json.dumps({"port": port}) + "\n")
+    sys.stdout.flush()
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+
+    def wait_stdin():
+        # The parent holds our stdin open; when it dies, stdin closes and we stop with it.
+        try:
+            while sys.stdin.read(1024):
+                pass
+        finally:
+            done.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+    done.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
