@@ -64,13 +64,19 @@ export class CaptchaError extends ThreadgateError {
     /** CaptchaAI's error code (`ERROR_…`, `IP_BANNED`) or one of ours (`NO_ACTIVE_PLAN`, `HTTP_502`, …). */
     readonly code: string,
     message?: string,
-    options?: { cause?: unknown; taskId?: string },
+    options?: { cause?: unknown; taskId?: string; submits?: number },
   ) {
     super(message ?? code, options);
     this.taskId = options?.taskId;
+    this.submits = options?.submits;
   }
   /** The CaptchaAI task id the error belongs to, when there was one. */
   readonly taskId: string | undefined;
+  /**
+   * How many `in.php` submissions the failed solve made before giving up (set by the
+   * CaptchaAI client on every error `solve()` throws), so callers can record attempts.
+   */
+  submits: number | undefined;
 }
 
 export class StopClassError extends CaptchaError {

@@ -1,0 +1,551 @@
+import {
+  BadTaskError,
+  CaptchaError,
+  ConfigError,
+  PollTimeoutError,
+  StopClassError,
+  TransientError,
+  UnsolvableError,
+} from '../errors.js';
+import { resolveTimings, type SolveTimings } from './timings.js';
+import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
+
+export { DEFAULT_TIMINGS, resolveTimings, type SolveTimings, TOKEN_LIFETIME_MS } from './timings.js';
+export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
+export { CAPTCHA_TYPES } from './types.js';
+
+/**
+ * The `res.php` action that reports plan capacity. The seed article documents it; CaptchaAI's
+ * reference pages do not, so its name lives in this one constant.
+ */
+export const THREADSINFO_ACTION = 'threadsinfo';
+export const DEFAULT_BASE_URL = 'https://ocr.captchaai.com';
+
+export interface CaptchaAiClientOptions {
+  apiKey: string;
+  /** @default https://ocr.captchaai.com */
+  baseUrl?: string;
+  /** Overrides of CaptchaAI's default waits (see DEFAULT_TIMINGS). */
+  timings?: Partial<SolveTimings>;
+  /** Multiplies every wait, including the deadline and the HTTP timeout. @default 1 */
+  timeScale?: number;
+  /** @default globalThis.fetch */
+  fetch?: typeof fetch;
+  /** Waits `ms`, rejecting with `signal.reason` when the signal aborts. */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** Epoch milliseconds. @default Date.now */
+  now?: () => number;
+  /** Progress for metrics and tests; never contains the key or a token. Exceptions it throws are ignored. */
+  onEvent?: (e: ClientEvent) => void;
+}
+
+/** Codes that would fail every record the same way: halt all workers. */
+const STOP_CODES = new Set([
+  'ERROR_WRONG_USER_KEY',
+  'ERROR_KEY_DOES_NOT_EXIST',
+  'IP_BANNED',
+  'ERROR_IP_BANNED',
+]);
+/** "No free threads": decided by a threadsinfo call (all busy → transient, idle → no active plan). */
+const NO_SLOT_CODES = new Set(['ERROR_ZERO_BALANCE', 'ERROR_NO_SLOT_AVAILABLE']);
+const SERVER_ERROR_CODES = new Set(['ERROR_SERVER_ERROR', 'ERROR_INTERNAL_SERVER_ERROR']);
+const UNSOLVABLE_CODE = 'ERROR_CAPTCHA_UNSOLVABLE';
+/** CaptchaAI's spelling has no T; accept the corrected one too. */
+const NOT_READY_CODES = new Set(['CAPCHA_NOT_READY', 'CAPTCHA_NOT_READY']);
+
+const STOP_REASONS: Record<string, string> = {
+  ERROR_WRONG_USER_KEY: 'the API key is malformed',
+  ERROR_KEY_DOES_NOT_EXIST: 'the API key does not exist or was revoked',
+  IP_BANNED: 'this IP address is banned (CaptchaAI lifts it after about 5 minutes)',
+  ERROR_IP_BANNED: 'this IP address is banned (CaptchaAI lifts it after about 5 minutes)',
+};
+
+/** What a json=1 endpoint answered once HTML, 5xx and unreadable bodies are ruled out. */
+type Answer = { ok: true; value: string } | { ok: false; code: string };
+
+interface HttpReply {
+  status: number;
+  text: string;
+}
+
+/** Per-solve bookkeeping; one object per `solve()` call, so concurrent solves share nothing. */
+interface SolveState {
+  readonly captchaType: CaptchaType;
+  readonly signal: AbortSignal | undefined;
+  submits: number;
+  retriesUsed: number;
+  resubmitted: boolean;
+  /** A no-slot answer with idle threads was already re-checked once (see classifyNoSlot). */
+  idleRechecked: boolean;
+  taskId: string | undefined;
+}
+
+/**
+ * Client for CaptchaAI's 2captcha-compatible API. It sorts every failure into the error
+ * hierarchy of `errors.ts` and applies the retry budget of one record:
+ * - transient errors at submit: `submitRetries` more tries with doubling back-off;
+ * - ERROR_CAPTCHA_UNSOLVABLE: exactly one fresh resubmission;
+ * - transient errors while polling: ask about the same id again after `serverErrorWaitMs`;
+ * - no answer by the deadline: PollTimeoutError, never a replacement task.
+ * The instance holds only configuration, so one client can run any number of solves at once.
+ */
+export class CaptchaAiClient {
+  readonly #apiKey: string;
+  readonly #baseUrl: string;
+  readonly #timings: SolveTimings;
+  readonly #timeScale: number;
+  readonly #fetch: typeof fetch;
+  readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  readonly #now: () => number;
+  readonly #onEvent: ((e: ClientEvent) => void) | undefined;
+
+  constructor(o: CaptchaAiClientOptions) {
+    if (typeof o.apiKey !== 'string' || o.apiKey.trim() === '') {
+      throw new ConfigError('apiKey', 'a CaptchaAI API key is required');
+    }
+    const timeScale = o.timeScale ?? 1;
+    if (!Number.isFinite(timeScale) || timeScale <= 0) {
+      throw new ConfigError('timeScale', `must be a positive number, got ${timeScale}`);
+    }
+    const timings = resolveTimings(o.timings);
+    if (!Number.isInteger(timings.submitRetries) || timings.submitRetries < 0) {
+      throw new ConfigError(
+        'timings.submitRetries',
+        `must be a non-negative integer, got ${timings.submitRetries}`,
+      );
+    }
+    this.#apiKey = o.apiKey.trim();
+    this.#baseUrl = (o.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, '');
+    this.#timings = timings;
+    this.#timeScale = timeScale;
+    this.#fetch = o.fetch ?? globalThis.fetch;
+    this.#sleep = o.sleep ?? sleep;
+    this.#now = o.now ?? Date.now;
+    this.#onEvent = o.onEvent;
+  }
+
+  /** The effective timings at time scale 1 (for logs and the CLI; holds no secret). */
+  get timings(): SolveTimings {
+    return structuredClone(this.#timings);
+  }
+
+  get timeScale(): number {
+    return this.#timeScale;
+  }
+
+  /**
+   * Solves one task. Resolves with the token, or rejects with a CaptchaError subclass whose
+   * `submits` says how many in.php calls were made; an aborted signal rejects with its reason.
+   */
+  async solve(task: CaptchaTask, o: { signal?: AbortSignal } = {}): Promise<SolveResult> {
+    const started = this.#now();
+    const state: SolveState = {
+      captchaType: task.type,
+      signal: o.signal,
+      submits: 0,
+      retriesUsed: 0,
+      resubmitted: false,
+      idleRechecked: false,
+      taskId: undefined,
+    };
+    try {
+      o.signal?.throwIfAborted();
+      const params = taskParams(task);
+      for (;;) {
+        try {
+          const taskId = await this.#submit(params, state);
+          const token = await this.#poll(taskId, state);
+          const solvedAt = this.#now();
+          const solveMs = solvedAt - started;
+          this.#emit({ kind: 'solved', captchaType: task.type, taskId, submits: state.submits, solveMs });
+          return { token, taskId, submits: state.submits, solveMs, solvedAt };
+        } catch (err) {
+          if (err instanceof UnsolvableError && !state.resubmitted) {
+            // One fresh task: a different worker at CaptchaAI may solve what this one could not.
+            state.resubmitted = true;
+            this.#emit({
+              kind: 'resubmit',
+              captchaType: task.type,
+              previousTaskId: err.taskId ?? '',
+              code: err.code,
+            });
+            continue;
+          }
+          throw err;
+        }
+      }
+    } catch (err) {
+      if (err instanceof CaptchaError) {
+        err.submits = state.submits;
+        this.#emit({
+          kind: 'failed',
+          captchaType: task.type,
+          errorName: err.name,
+          code: err.code,
+          submits: state.submits,
+          ...(err.taskId === undefined ? {} : { taskId: err.taskId }),
+        });
+      }
+      throw err;
+    }
+  }
+
+  /** The plan's capacity (`res.php?action=threadsinfo`). Threads may come back as strings; both are accepted. */
+  async threadsInfo(o: { signal?: AbortSignal } = {}): Promise<ThreadsInfo> {
+    o.signal?.throwIfAborted();
+    const reply = await this.#request('res.php', { action: THREADSINFO_ACTION }, o.signal);
+    rejectServerFailure(reply, 'threadsinfo');
+    const body = reply.text.trim();
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body);
+    } catch {
+      parsed = undefined;
+    }
+    if (isRecord(parsed) && 'threads' in parsed) {
+      const threads = Number(parsed.threads);
+      const workingThreads = Number(parsed.working_threads ?? parsed.workingThreads);
+      if (isCount(threads) && isCount(workingThreads)) return { threads, workingThreads };
+      throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without usable thread counts');
+    }
+    const answer = parseAnswer(reply, 'threadsinfo', parsed);
+    if (answer.ok) throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without thread counts');
+    const err = classify(answer.code, undefined);
+    // A no-slot code makes no sense here; anything but a stop-class answer is worth asking again later.
+    if (err instanceof StopClassError || err instanceof TransientError) throw err;
+    throw new TransientError(answer.code, `threadsinfo answered ${answer.code}`);
+  }
+
+  /** One submission with its transient-retry budget; returns the new task id. */
+  async #submit(params: Record<string, string>, state: SolveState): Promise<string> {
+    for (;;) {
+      state.submits += 1;
+      this.#emit({ kind: 'submit', captchaType: state.captchaType, submit: state.submits });
+      let failure: CaptchaError;
+      try {
+        const answer = parseAnswer(await this.#request('in.php', params, state.signal), 'in.php');
+        if (answer.ok) {
+          state.taskId = answer.value;
+          this.#emit({
+            kind: 'submitted',
+            captchaType: state.captchaType,
+            taskId: answer.value,
+            submit: state.submits,
+          });
+          return answer.value;
+        }
+        if (NO_SLOT_CODES.has(answer.code)) {
+          const decision = await this.#classifyNoSlot(answer.code, state);
+          if (decision === 'recheck') continue;
+          failure = decision;
+        } else {
+          failure = classify(answer.code, undefined);
+        }
+      } catch (err) {
+        if (!(err instanceof TransientError)) throw err;
+        failure = err;
+      }
+      if (!(failure instanceof TransientError) || state.retriesUsed >= this.#timings.submitRetries) {
+        throw failure;
+      }
+      const delayMs = this.#scaled(this.#timings.submitBackoffMs * 2 ** state.retriesUsed);
+      state.retriesUsed += 1;
+      this.#emit({
+        kind: 'retry',
+        captchaType: state.captchaType,
+        code: failure.code,
+        retry: state.retriesUsed,
+        delayMs,
+      });
+      await this.#sleep(delayMs, state.signal);
+    }
+  }
+
+  /**
+   * ERROR_ZERO_BALANCE / ERROR_NO_SLOT_AVAILABLE mean "no free thread for you". threadsinfo tells
+   * why: every plan thread busy → transient (back off); no plan threads, or idle ones → the key
+   * has no active plan, a stop-class condition. Idle threads are checked twice before stopping:
+   * a thread that freed up between the submit and threadsinfo would otherwise halt the pipeline.
+   */
+  async #classifyNoSlot(code: string, state: SolveState): Promise<CaptchaError | 'recheck'> {
+    let info: ThreadsInfo;
+    try {
+      info = await this.threadsInfo({ signal: state.signal });
+    } catch (err) {
+      if (err instanceof TransientError) {
+        return new TransientError(code, `CaptchaAI answered ${code} and threadsinfo failed (${err.code})`, {
+          cause: err,
+        });
+      }
+      throw err;
+    }
+    this.#emit({ kind: 'threadsinfo', threads: info.threads, workingThreads: info.workingThreads });
+    if (info.threads > 0 && info.workingThreads >= info.threads) {
+      return new TransientError(
+        code,
+        `CaptchaAI answered ${code}: all ${info.threads} plan threads are busy (${info.workingThreads} working)`,
+      );
+    }
+    if (info.threads > 0 && !state.idleRechecked) {
+      state.idleRechecked = true;
+      return 'recheck';
+    }
+    return new StopClassError(
+      'NO_ACTIVE_PLAN',
+      `CaptchaAI answered ${code} while threadsinfo shows ${info.workingThreads} of ${info.threads} threads working: the key has no active plan`,
+    );
+  }
+
+  /** Polls one task until its answer, a final error, or the deadline. */
+  async #poll(taskId: string, state: SolveState): Promise<string> {
+    const deadline = this.#now() + this.#scaled(this.#timings.deadlineMs);
+    let waitMs = this.#scaled(this.#timings.firstPollMs[state.captchaType]);
+    for (;;) {
+      const remaining = deadline - this.#now();
+      if (remaining <= 0) {
+        throw new PollTimeoutError(
+          'POLL_TIMEOUT',
+          `no answer for task ${taskId} within ${this.#scaled(this.#timings.deadlineMs)} ms; the task may still hold a CaptchaAI thread`,
+          { taskId },
+        );
+      }
+      await this.#sleep(Math.min(waitMs, remaining), state.signal);
+      this.#emit({ kind: 'poll', captchaType: state.captchaType, taskId });
+      let failure: CaptchaError;
+      try {
+        const reply = await this.#request('res.php', { action: 'get', id: taskId, json: '1' }, state.signal);
+        const answer = parseAnswer(reply, 'res.php');
+        if (answer.ok) return answer.value;
+        if (NOT_READY_CODES.has(answer.code)) {
+          this.#emit({ kind: 'not_ready', captchaType: state.captchaType, taskId });
+          waitMs = this.#scaled(this.#timings.pollIntervalMs);
+          continue;
+        }
+        // "No free thread" cannot concern a task that already exists: ask again like a server error.
+        failure = NO_SLOT_CODES.has(answer.code)
+          ? new TransientError(answer.code, `res.php answered ${answer.code}`, { taskId })
+          : classify(answer.code, taskId);
+      } catch (err) {
+        if (!(err instanceof TransientError)) throw err;
+        failure = err;
+      }
+      if (!(failure instanceof TransientError)) throw failure;
+      waitMs = this.#scaled(this.#timings.serverErrorWaitMs);
+      this.#emit({
+        kind: 'poll_error',
+        captchaType: state.captchaType,
+        taskId,
+        code: failure.code,
+        delayMs: waitMs,
+      });
+    }
+  }
+
+  /**
+   * One HTTP call with its own timeout. Network failures and timeouts become TransientError;
+   * an abort by the caller's signal rejects with the signal's reason. The key travels only in
+   * the form body, never in the URL, so it cannot leak into error messages or proxy logs.
+   */
+  async #request(
+    path: 'in.php' | 'res.php',
+    params: Record<string, string>,
+    signal?: AbortSignal,
+  ): Promise<HttpReply> {
+    const timeoutMs = this.#scaled(this.#timings.httpTimeoutMs);
+    const controller = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      controller.abort();
+    }, timeoutMs);
+    const onAbort = () => controller.abort(signal?.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const response = await this.#fetch(`${this.#baseUrl}/${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ key: this.#apiKey, ...params }).toString(),
+        signal: controller.signal,
+      });
+      const text = await response.text();
+      return { status: response.status, text };
+    } catch (err) {
+      if (signal?.aborted) throw signal.reason;
+      if (timedOut) {
+        throw new TransientError('HTTP_TIMEOUT', `CaptchaAI did not answer ${path} within ${timeoutMs} ms`, {
+          cause: err,
+        });
+      }
+      throw new TransientError(
+        'NETWORK_ERROR',
+        `network error calling CaptchaAI ${path}: ${networkReason(err)}`,
+        {
+          cause: err,
+        },
+      );
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  #scaled(ms: number): number {
+    return ms * this.#timeScale;
+  }
+
+  #emit(e: ClientEvent): void {
+    if (!this.#onEvent) return;
+    try {
+      this.#onEvent(e);
+    } catch {
+      // Metrics must never break a solve.
+    }
+  }
+}
+
+/** The in.php parameters of a task (without key). */
+export function taskParams(task: CaptchaTask): Record<string, string> {
+  const p: Record<string, string> = { json: '1' };
+  switch (task.type) {
+    case 'recaptcha_v2':
+      Object.assign(p, { method: 'userrecaptcha', googlekey: task.sitekey, pageurl: task.pageurl });
+      if (task.invisible) p.invisible = '1';
+      break;
+    case 'recaptcha_v3':
+      Object.assign(p, {
+        method: 'userrecaptcha',
+        version: 'v3',
+        googlekey: task.sitekey,
+        pageurl: task.pageurl,
+      });
+      if (task.action !== undefined) p.action = task.action;
+      if (task.minScore !== undefined) p.min_score = String(task.minScore);
+      break;
+    case 'recaptcha_enterprise':
+      Object.assign(p, {
+        method: 'userrecaptcha',
+        enterprise: '1',
+        googlekey: task.sitekey,
+        pageurl: task.pageurl,
+      });
+      // Enterprise with an action or a score threshold is the score-based (v3) flavour.
+      if (task.action !== undefined || task.minScore !== undefined) p.version = 'v3';
+      if (task.action !== undefined) p.action = task.action;
+      if (task.minScore !== undefined) p.min_score = String(task.minScore);
+      if (task.invisible) p.invisible = '1';
+      break;
+    case 'turnstile':
+      Object.assign(p, { method: 'turnstile', sitekey: task.sitekey, pageurl: task.pageurl });
+      if (task.action !== undefined) p.action = task.action;
+      break;
+    case 'image':
+      Object.assign(p, { method: 'base64', body: task.body });
+      break;
+    default: {
+      const unknown: never = task;
+      throw new BadTaskError(
+        'UNKNOWN_TYPE',
+        `unknown CAPTCHA type ${JSON.stringify((unknown as { type?: unknown }).type)}`,
+      );
+    }
+  }
+  return p;
+}
+
+/** Sorts a CaptchaAI error code into the hierarchy (no-slot codes are decided by the caller). */
+export function classify(code: string, taskId: string | undefined): CaptchaError {
+  const o = { taskId };
+  if (STOP_CODES.has(code)) {
+    return new StopClassError(
+      code,
+      `CaptchaAI answered ${code}: ${STOP_REASONS[code] ?? 'stop all workers'}`,
+      o,
+    );
+  }
+  if (SERVER_ERROR_CODES.has(code)) return new TransientError(code, `CaptchaAI answered ${code}`, o);
+  if (code === UNSOLVABLE_CODE) {
+    return new UnsolvableError(code, `CaptchaAI could not solve task ${taskId ?? '(none)'} (${code})`, o);
+  }
+  if (NO_SLOT_CODES.has(code)) return new TransientError(code, `CaptchaAI answered ${code}`, o);
+  return new BadTaskError(code, `CaptchaAI rejected the task: ${code}`, o);
+}
+
+/** HTML pages and 5xx answers are CaptchaAI's (or its proxy's) trouble, never the task's. */
+function rejectServerFailure(reply: HttpReply, what: string): void {
+  const body = reply.text.trimStart();
+  const html = body.startsWith('<');
+  if (reply.status >= 500 || html) {
+    throw new TransientError(
+      reply.status >= 500 ? `HTTP_${reply.status}` : 'HTML_RESPONSE',
+      `CaptchaAI answered ${what} with HTTP ${reply.status}${html ? ' and an HTML page' : ''}`,
+    );
+  }
+}
+
+/**
+ * Reads a json=1 answer. CaptchaAI sometimes answers in plain text despite json=1
+ * (`ERROR_…`, `IP_BANNED`, `OK|…`), so both forms are understood; anything else is transient.
+ * Error messages never quote the body: a success body carries a token.
+ */
+function parseAnswer(reply: HttpReply, what: string, preParsed?: unknown): Answer {
+  rejectServerFailure(reply, what);
+  const body = reply.text.trim();
+  let parsed = preParsed;
+  if (parsed === undefined && body.startsWith('{')) {
+    try {
+      parsed = JSON.parse(body);
+    } catch {
+      parsed = undefined;
+    }
+  }
+  if (isRecord(parsed) && 'status' in parsed) {
+    const request = parsed.request;
+    const value =
+      typeof request === 'number' ? String(request) : typeof request === 'string' ? request.trim() : '';
+    if (Number(parsed.status) === 1 && value !== '') return { ok: true, value };
+    if (Number(parsed.status) !== 1 && /^[A-Z][A-Z0-9_]*$/.test(value)) return { ok: false, code: value };
+  } else if (body.startsWith('OK|') && body.length > 3) {
+    return { ok: true, value: body.slice(3) };
+  } else if (/^[A-Z][A-Z0-9_]*$/.test(body)) {
+    return { ok: false, code: body };
+  }
+  throw new TransientError(
+    'BAD_RESPONSE',
+    `CaptchaAI answered ${what} with HTTP ${reply.status} and an unreadable body`,
+  );
+}
+
+function networkReason(err: unknown): string {
+  const cause =
+    err instanceof Error ? (err.cause as { code?: unknown; message?: unknown } | undefined) : undefined;
+  if (cause && typeof cause.code === 'string') return cause.code;
+  if (cause && typeof cause.message === 'string') return cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function isCount(n: number): boolean {
+  return Number.isFinite(n) && n >= 0;
+}
+
+/** setTimeout as a promise that rejects with `signal.reason` when the signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

@@ -1,0 +1,77 @@
+/** The CAPTCHA kinds threadgate solves through CaptchaAI. */
+export type CaptchaType = 'recaptcha_v2' | 'recaptcha_v3' | 'recaptcha_enterprise' | 'turnstile' | 'image';
+
+export const CAPTCHA_TYPES: readonly CaptchaType[] = [
+  'recaptcha_v2',
+  'recaptcha_v3',
+  'recaptcha_enterprise',
+  'turnstile',
+  'image',
+];
+
+/** One task for CaptchaAI. `minScore` is reCAPTCHA's `min_score` (0.1 … 0.9). */
+export type CaptchaTask =
+  | { type: 'recaptcha_v2'; sitekey: string; pageurl: string; invisible?: boolean }
+  | { type: 'recaptcha_v3'; sitekey: string; pageurl: string; action?: string; minScore?: number }
+  | {
+      type: 'recaptcha_enterprise';
+      sitekey: string;
+      pageurl: string;
+      action?: string;
+      minScore?: number;
+      invisible?: boolean;
+    }
+  | { type: 'turnstile'; sitekey: string; pageurl: string; action?: string }
+  | { type: 'image'; body: string };
+
+export interface SolveResult {
+  /** The answer. Use it once, in the session that loaded the page; never store or log it. */
+  token: string;
+  /** The CaptchaAI id of the task that produced the token. */
+  taskId: string;
+  /** `in.php` calls made for this solve, including failed ones and the UNSOLVABLE resubmission. */
+  submits: number;
+  /** From the start of `solve()` to the answer. */
+  solveMs: number;
+  /** Epoch ms (from the client's clock) when the answer arrived; the token's lifetime starts here. */
+  solvedAt: number;
+}
+
+/** The plan's capacity as `res.php?action=threadsinfo` reports it. */
+export interface ThreadsInfo {
+  /** Threads of the plan (0 when no plan is active). */
+  threads: number;
+  /** Threads busy right now (tasks of every client using the key). */
+  workingThreads: number;
+}
+
+/**
+ * What the client reports while it works, for metrics and tests. Events never carry the
+ * API key or a token.
+ */
+export type ClientEvent =
+  /** About to call in.php; `submit` counts in.php calls of this solve, starting at 1. */
+  | { kind: 'submit'; captchaType: CaptchaType; submit: number }
+  /** in.php accepted the task. */
+  | { kind: 'submitted'; captchaType: CaptchaType; taskId: string; submit: number }
+  /** in.php failed with a transient error; the client waits `delayMs`, then submits again. */
+  | { kind: 'retry'; captchaType: CaptchaType; code: string; retry: number; delayMs: number }
+  /** The task was UNSOLVABLE; the client submits it once more as a fresh task. */
+  | { kind: 'resubmit'; captchaType: CaptchaType; previousTaskId: string; code: string }
+  /** About to call res.php for the task. */
+  | { kind: 'poll'; captchaType: CaptchaType; taskId: string }
+  /** res.php said CAPCHA_NOT_READY. */
+  | { kind: 'not_ready'; captchaType: CaptchaType; taskId: string }
+  /** res.php failed transiently; the client asks about the same id again after `delayMs`. */
+  | { kind: 'poll_error'; captchaType: CaptchaType; taskId: string; code: string; delayMs: number }
+  /** A threadsinfo call made to classify ERROR_ZERO_BALANCE / ERROR_NO_SLOT_AVAILABLE. */
+  | { kind: 'threadsinfo'; threads: number; workingThreads: number }
+  | { kind: 'solved'; captchaType: CaptchaType; taskId: string; submits: number; solveMs: number }
+  | {
+      kind: 'failed';
+      captchaType: CaptchaType;
+      errorName: string;
+      code: string;
+      submits: number;
+      taskId?: string;
+    };
