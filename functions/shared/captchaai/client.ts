@@ -290,9 +290,13 @@ export class CaptchaAiClient {
       state.idleRechecked = true;
       return 'recheck';
     }
+    const seen =
+      info.threads === 0
+        ? 'threadsinfo shows no plan threads'
+        : `threadsinfo shows idle threads twice (${info.workingThreads} of ${info.threads} working)`;
     return new StopClassError(
       'NO_ACTIVE_PLAN',
-      `CaptchaAI answered ${code} while threadsinfo shows ${info.workingThreads} of ${info.threads} threads working: the key has no active plan`,
+      `CaptchaAI answered ${code} and ${seen}: the key has no active plan`,
     );
   }
 
