@@ -1,4 +1,7 @@
 import type { Command } from 'commander';
+import { registerSolveCommand } from './solve.js';
+import { registerStandinCommand } from './standin.js';
+import { registerThreadsCommand } from './threads.js';
 
 /**
  * Every sub-command lives in its own file in this folder and exports a `register…` function;
@@ -6,4 +9,7 @@ import type { Command } from 'commander';
  */
 export function registerCommands(program: Command): void {
   void program;
+  registerSolveCommand(program);
+  registerThreadsCommand(program);
+  registerStandinCommand(program);
 }

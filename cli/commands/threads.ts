@@ -1,0 +1,50 @@
+import type { Command } from 'commander';
+import { CaptchaAiClient } from '../../functions/shared/captchaai/client.js';
+import { CaptchaError } from '../../functions/shared/errors.js';
+import { EXIT } from '../exit-codes.js';
+import { captchaAiConnection, parseCount, parsePositive, reportCaptchaError } from './solve.js';
+
+interface ThreadsOptions {
+  reserve: number;
+  timeScale: number;
+  json?: boolean;
+}
+
+/** `threadgate threads`: the plan's threads, how many are busy, and the cap they allow. */
+export function registerThreadsCommand(program: Command): void {
+  program
+    .command('threads')
+    .description(
+      "Ask CaptchaAI (threadsinfo) for the plan's threads and working threads, and print the cap = threads - reserve.",
+    )
+    .option('--reserve <n>', 'threads kept free for other users of the key', parseCount, 0)
+    .option('--time-scale <factor>', 'multiply the HTTP timeout', parsePositive, 1)
+    .option('--json', 'print one JSON object instead of text')
+    .addHelpText(
+      'after',
+      `
+Example:
+  CAPTCHAAI_API_KEY=... threadgate threads --reserve 2
+  plan threads 15, working 9, reserve 2, cap 13
+
+Exit codes: 0 ok; 2 usage error; 3 stop-class (bad key, IP ban); 4 transient error.`,
+    )
+    .action(async (opts: ThreadsOptions) => {
+      const client = new CaptchaAiClient({ ...captchaAiConnection(), timeScale: opts.timeScale });
+      try {
+        const info = await client.threadsInfo();
+        const cap = Math.max(0, info.threads - opts.reserve);
+        if (opts.json) {
+          process.stdout.write(`${JSON.stringify({ ...info, reserve: opts.reserve, cap })}\n`);
+        } else {
+          process.stdout.write(
+            `plan threads ${info.threads}, working ${info.workingThreads}, reserve ${opts.reserve}, cap ${cap}\n`,
+          );
+        }
+        process.exitCode = EXIT.ok;
+      } catch (err) {
+        if (!(err instanceof CaptchaError)) throw err;
+        reportCaptchaError(err, opts.json === true);
+      }
+    });
+}
