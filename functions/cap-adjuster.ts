@@ -1,0 +1,64 @@
+import { Logger } from '@aws-lambda-powertools/logger';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { LambdaClient } from '@aws-sdk/client-lambda';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import type { ScheduledEvent } from 'aws-lambda';
+import {
+  type AdjustCapResult,
+  adjustCap,
+  type CapAdjusterConfig,
+  readCapAdjusterConfig,
+} from './shared/cap.js';
+import { CaptchaAiClient } from './shared/captchaai/client.js';
+import { PipelineControl } from './shared/pipeline-control.js';
+import { getApiKey } from './shared/secret.js';
+
+/**
+ * The cap adjuster's Lambda handler, run once a minute by an EventBridge rule. It only wires
+ * configuration, clients and telemetry; the work is `adjustCap` in shared/cap.ts.
+ */
+const logger = new Logger();
+const metrics = new Metrics();
+const lambda = new LambdaClient({});
+const ssm = new SSMClient({});
+const secrets = new SecretsManagerClient({});
+
+let config: CapAdjusterConfig | undefined;
+let control: PipelineControl | undefined;
+
+export const handler = async (event: Partial<ScheduledEvent> = {}): Promise<AdjustCapResult> => {
+  config ??= readCapAdjusterConfig(process.env);
+  // Kept across runs so the mapping UUID is looked up once per instance.
+  control ??= new PipelineControl({
+    lambda,
+    ssm,
+    stateParameterName: config.stateParameterName,
+    workerFunctionName: config.workerFunctionName,
+    queueArn: config.queueArn,
+  });
+  const apiKey = await getApiKey(secrets, config.secretName);
+  const captchaai = new CaptchaAiClient({
+    apiKey,
+    baseUrl: config.captchaaiUrl,
+    timeScale: config.timeScale,
+  });
+  try {
+    const result = await adjustCap({
+      lambda,
+      control,
+      workerFunctionName: config.workerFunctionName,
+      readThreads: () => captchaai.threadsInfo(),
+      settings: config,
+      metrics: { addMetric: (name, _unit, value) => metrics.addMetric(name, MetricUnit.Count, value) },
+      logger: {
+        info: (message, extra = {}) => logger.info(message, extra),
+        warn: (message, extra = {}) => logger.warn(message, extra),
+      },
+    });
+    logger.info('cap adjuster run', { ...result, scheduledAt: event.time });
+    return result;
+  } finally {
+    metrics.publishStoredMetrics();
+  }
+};

@@ -1,0 +1,352 @@
+import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
+import { ConfigError } from '../functions/shared/errors.js';
+
+/**
+ * threadgate's deploy-time settings. Each one can be given as CDK context
+ * (`cdk deploy -c reserve=2`, or `"context"` in cdk.json) or as a stack prop; props win.
+ * Context values arrive as strings from the command line and as JSON values from cdk.json,
+ * so every reader accepts both. Every error names the setting it is about.
+ */
+export interface ThreadgateConfig {
+  /** CloudFormation stack name; also prefixes the function names and the SSM parameter. @default 'Threadgate' */
+  readonly stackName: string;
+  /** Plan threads kept free for anything else using the same CaptchaAI key. @default 1 */
+  readonly reserve: number;
+  /** Cap deployed before the cap adjuster's first run (reserved concurrency and mapping maximum). @default 4 */
+  readonly initialCap: number;
+  /** The adjuster never sets the cap below this (>= 1; a cap of 0 is a pause, not a cap). @default 1 */
+  readonly minCap: number;
+  /** The adjuster never sets the cap above this (<= 1000, the mapping's MaximumConcurrency limit). @default 100 */
+  readonly maxCap: number;
+  /** Target hosts the worker may contact: exact host or `*.suffix`, an optional `:port` is ignored. @default [] (none) */
+  readonly allowedHosts: readonly string[];
+  /** CaptchaAI base URL. @default 'https://ocr.captchaai.com' */
+  readonly captchaaiUrl: string;
+  /** Name of the Secrets Manager secret holding the API key (created outside the stack). @default 'threadgate/captchaai-api-key' */
+  readonly secretName: string;
+  /** Multiplies every CaptchaAI wait, deadline and HTTP timeout of the client (tests and the local stack use e.g. 0.01). @default 1 */
+  readonly timeScale: number;
+  /** Timeout of each HTTP call to the target form, in ms (real time, not scaled). @default 15000 */
+  readonly targetTimeoutMs: number;
+  /** How long a record that hit the CaptchaAI deadline keeps its slot, in ms (real time, not scaled). @default 60000 */
+  readonly cooldownMs: number;
+  /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
+  readonly workerTimeoutSeconds: number;
+  /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
+  readonly maxReceiveCount: number;
+  /** Receives after which the worker stops retrying a transient failure and records it (< maxReceiveCount). @default 3 */
+  readonly transientReceiveLimit: number;
+  /** How long an in-progress claim on a record stays valid, in seconds (>= workerTimeoutSeconds). @default workerTimeoutSeconds + 10% (at least +5) */
+  readonly leaseSeconds: number;
+  /** Alarm threshold for the age of the oldest queued job, in seconds. @default 3600 */
+  readonly oldestMessageAlarmSeconds: number;
+  /** Log retention of both functions, in days (one of CloudWatch Logs' allowed values). @default 30 */
+  readonly logRetentionDays: number;
+  /** SNS topic ARN that alarms notify; none when unset. @default undefined */
+  readonly alarmTopicArn: string | undefined;
+}
+
+/** Raw inputs: context strings, cdk.json values or typed props. */
+export type ThreadgateSettings = { readonly [K in keyof ThreadgateConfig]?: unknown };
+
+export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
+  'stackName',
+  'reserve',
+  'initialCap',
+  'minCap',
+  'maxCap',
+  'allowedHosts',
+  'captchaaiUrl',
+  'secretName',
+  'timeScale',
+  'targetTimeoutMs',
+  'cooldownMs',
+  'workerTimeoutSeconds',
+  'maxReceiveCount',
+  'transientReceiveLimit',
+  'leaseSeconds',
+  'oldestMessageAlarmSeconds',
+  'logRetentionDays',
+  'alarmTopicArn',
+];
+
+export const DEFAULTS = {
+  stackName: 'Threadgate',
+  reserve: 1,
+  initialCap: 4,
+  minCap: 1,
+  maxCap: 100,
+  captchaaiUrl: 'https://ocr.captchaai.com',
+  secretName: 'threadgate/captchaai-api-key',
+  timeScale: 1,
+  targetTimeoutMs: 15_000,
+  cooldownMs: 60_000,
+  maxReceiveCount: 5,
+  transientReceiveLimit: 3,
+  oldestMessageAlarmSeconds: 3600,
+  logRetentionDays: 30,
+} as const;
+
+/** Lambda's limit on a function timeout. */
+export const LAMBDA_MAX_TIMEOUT_SECONDS = 900;
+/** SQS's limit on a visibility timeout (12 hours). */
+export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
+/** AWS: the queue's visibility timeout should be at least six times the function timeout. */
+export const VISIBILITY_TIMEOUT_FACTOR = 6;
+/** Smallest default worker timeout: cold start, secret read and DynamoDB calls do not scale with timeScale. */
+export const MIN_WORKER_TIMEOUT_SECONDS = 10;
+/** Time for the non-waiting parts of an attempt (cold start, secret, DynamoDB claim and outcome, DNS). */
+const SETUP_MS = 10_000;
+
+const LOG_RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+];
+
+/**
+ * The longest one record can keep the worker busy, in ms. CaptchaAI waits scale with
+ * `timeScale` (the client multiplies them); target HTTP timeouts, the cool-down and setup are
+ * real time (the worker does not scale them):
+ *   setup + target GET + (failed submits' HTTP timeouts + back-offs 10 s, 20 s
+ *   + two client deadlines, for the one fresh resubmission after UNSOLVABLE) × timeScale
+ *   + form POST + cool-down after a deadline.
+ */
+export function worstCaseAttemptMs(targetTimeoutMs: number, cooldownMs: number, timeScale = 1): number {
+  const t = DEFAULT_TIMINGS;
+  let backoffs = 0;
+  for (let retry = 0; retry < t.submitRetries; retry++) backoffs += t.submitBackoffMs * 2 ** retry;
+  const failedSubmits = t.submitRetries * t.httpTimeoutMs;
+  const captchaai = (failedSubmits + backoffs + 2 * t.deadlineMs) * timeScale;
+  return SETUP_MS + 2 * targetTimeoutMs + captchaai + cooldownMs;
+}
+
+/** Reads and validates every setting; throws ConfigError naming the first bad one. */
+export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig {
+  const stackName = readString(input, 'stackName', DEFAULTS.stackName);
+  // Function names are `${stackName}-cap-adjuster` (<= 64 chars) and the stack name must be a valid CFN name.
+  if (!/^[A-Za-z][A-Za-z0-9-]{0,49}$/.test(stackName)) {
+    throw new ConfigError(
+      'stackName',
+      `must start with a letter and contain only letters, digits and hyphens (at most 50 characters), got "${stackName}"`,
+    );
+  }
+  const reserve = readInteger(input, 'reserve', DEFAULTS.reserve, { min: 0, max: 10_000 });
+  const minCap = readInteger(input, 'minCap', DEFAULTS.minCap, { min: 1, max: 1000 });
+  const maxCap = readInteger(input, 'maxCap', DEFAULTS.maxCap, { min: 1, max: 1000 });
+  if (minCap > maxCap) throw new ConfigError('minCap', `must be <= maxCap (${maxCap}), got ${minCap}`);
+  const initialCap = readInteger(
+    input,
+    'initialCap',
+    Math.min(Math.max(DEFAULTS.initialCap, minCap), maxCap),
+    {
+      min: 1,
+      max: 1000,
+    },
+  );
+  if (initialCap < minCap || initialCap > maxCap) {
+    throw new ConfigError(
+      'initialCap',
+      `must be between minCap (${minCap}) and maxCap (${maxCap}), got ${initialCap}`,
+    );
+  }
+
+  const allowedHosts = readList(input, 'allowedHosts');
+  for (const host of allowedHosts) {
+    if (
+      !/^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$/.test(
+        host,
+      )
+    ) {
+      throw new ConfigError(
+        'allowedHosts',
+        `"${host}" is not a host name, IP address or *.suffix (an optional :port is allowed)`,
+      );
+    }
+  }
+
+  const captchaaiUrl = readString(input, 'captchaaiUrl', DEFAULTS.captchaaiUrl).replace(/\/+$/, '');
+  let parsedUrl: URL;
+  try {
+    parsedUrl = new URL(captchaaiUrl);
+  } catch {
+    throw new ConfigError('captchaaiUrl', `must be an absolute http(s) URL, got "${captchaaiUrl}"`);
+  }
+  if (parsedUrl.protocol !== 'https:' && parsedUrl.protocol !== 'http:') {
+    throw new ConfigError('captchaaiUrl', `must be an http(s) URL, got "${captchaaiUrl}"`);
+  }
+
+  const secretName = readString(input, 'secretName', DEFAULTS.secretName);
+  if (!/^[A-Za-z0-9/_+=.@-]{1,512}$/.test(secretName)) {
+    throw new ConfigError(
+      'secretName',
+      `must be 1-512 characters of letters, digits and /_+=.@- (a secret name, not an ARN), got "${secretName}"`,
+    );
+  }
+
+  const timeScale = readNumber(input, 'timeScale', DEFAULTS.timeScale, { min: 0.0001, max: 10 });
+  const targetTimeoutMs = readInteger(input, 'targetTimeoutMs', DEFAULTS.targetTimeoutMs, {
+    min: 100,
+    max: 120_000,
+  });
+  const cooldownMs = readInteger(input, 'cooldownMs', DEFAULTS.cooldownMs, { min: 0, max: 600_000 });
+
+  const neededSeconds = Math.ceil(worstCaseAttemptMs(targetTimeoutMs, cooldownMs, timeScale) / 1000);
+  const workerTimeoutSeconds = readInteger(
+    input,
+    'workerTimeoutSeconds',
+    Math.max(MIN_WORKER_TIMEOUT_SECONDS, neededSeconds),
+    { min: 1, max: LAMBDA_MAX_TIMEOUT_SECONDS },
+  );
+  if (workerTimeoutSeconds < neededSeconds) {
+    throw new ConfigError(
+      'workerTimeoutSeconds',
+      `must cover the worst-case attempt of ${neededSeconds} s at timeScale ${timeScale}, got ${workerTimeoutSeconds}`,
+    );
+  }
+  if (neededSeconds > LAMBDA_MAX_TIMEOUT_SECONDS) {
+    throw new ConfigError(
+      'timeScale',
+      `the worst-case attempt (${neededSeconds} s) exceeds Lambda's ${LAMBDA_MAX_TIMEOUT_SECONDS} s limit; lower timeScale, targetTimeoutMs or cooldownMs`,
+    );
+  }
+  if (workerTimeoutSeconds * VISIBILITY_TIMEOUT_FACTOR > SQS_MAX_VISIBILITY_SECONDS) {
+    throw new ConfigError(
+      'workerTimeoutSeconds',
+      `${VISIBILITY_TIMEOUT_FACTOR} × ${workerTimeoutSeconds} s exceeds SQS's visibility timeout limit of ${SQS_MAX_VISIBILITY_SECONDS} s`,
+    );
+  }
+
+  const maxReceiveCount = readInteger(input, 'maxReceiveCount', DEFAULTS.maxReceiveCount, {
+    min: 5,
+    max: 1000,
+  });
+  const transientReceiveLimit = readInteger(input, 'transientReceiveLimit', DEFAULTS.transientReceiveLimit, {
+    min: 1,
+    max: 1000,
+  });
+  if (transientReceiveLimit >= maxReceiveCount) {
+    throw new ConfigError(
+      'transientReceiveLimit',
+      `must be below maxReceiveCount (${maxReceiveCount}) so the worker records the failure before SQS redrives the message, got ${transientReceiveLimit}`,
+    );
+  }
+  const leaseSeconds = readInteger(
+    input,
+    'leaseSeconds',
+    workerTimeoutSeconds + Math.max(5, Math.ceil(workerTimeoutSeconds / 10)),
+    { min: 1, max: SQS_MAX_VISIBILITY_SECONDS },
+  );
+  if (leaseSeconds < workerTimeoutSeconds) {
+    throw new ConfigError(
+      'leaseSeconds',
+      `must be >= workerTimeoutSeconds (${workerTimeoutSeconds}) so no claim expires while its invocation runs, got ${leaseSeconds}`,
+    );
+  }
+
+  const oldestMessageAlarmSeconds = readInteger(
+    input,
+    'oldestMessageAlarmSeconds',
+    DEFAULTS.oldestMessageAlarmSeconds,
+    { min: 60, max: 1_209_600 },
+  );
+  const logRetentionDays = readInteger(input, 'logRetentionDays', DEFAULTS.logRetentionDays, { min: 1 });
+  if (!LOG_RETENTION_DAYS.includes(logRetentionDays)) {
+    throw new ConfigError(
+      'logRetentionDays',
+      `must be one of ${LOG_RETENTION_DAYS.join(', ')}, got ${logRetentionDays}`,
+    );
+  }
+  const topic = readOptionalString(input, 'alarmTopicArn');
+  if (topic !== undefined && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$/.test(topic)) {
+    throw new ConfigError('alarmTopicArn', `must be an SNS topic ARN, got "${topic}"`);
+  }
+
+  return {
+    stackName,
+    reserve,
+    initialCap,
+    minCap,
+    maxCap,
+    allowedHosts,
+    captchaaiUrl,
+    secretName,
+    timeScale,
+    targetTimeoutMs,
+    cooldownMs,
+    workerTimeoutSeconds,
+    maxReceiveCount,
+    transientReceiveLimit,
+    leaseSeconds,
+    oldestMessageAlarmSeconds,
+    logRetentionDays,
+    alarmTopicArn: topic,
+  };
+}
+
+/** Collects every known setting from a context getter (e.g. `(k) => app.node.tryGetContext(k)`). */
+export function settingsFromContext(get: (key: string) => unknown): ThreadgateSettings {
+  const out: Record<string, unknown> = {};
+  for (const name of SETTING_NAMES) {
+    const value = get(name);
+    if (value !== undefined) out[name] = value;
+  }
+  return out;
+}
+
+function present(value: unknown): boolean {
+  return value !== undefined && value !== null && !(typeof value === 'string' && value.trim() === '');
+}
+
+function readString(input: ThreadgateSettings, name: keyof ThreadgateConfig, fallback: string): string {
+  return readOptionalString(input, name) ?? fallback;
+}
+
+function readOptionalString(input: ThreadgateSettings, name: keyof ThreadgateConfig): string | undefined {
+  const value = input[name];
+  if (!present(value)) return undefined;
+  if (typeof value !== 'string')
+    throw new ConfigError(name, `must be a string, got ${JSON.stringify(value)}`);
+  return value.trim();
+}
+
+function readNumber(
+  input: ThreadgateSettings,
+  name: keyof ThreadgateConfig,
+  fallback: number,
+  limits: { min?: number; max?: number },
+): number {
+  const raw = input[name];
+  if (!present(raw)) return fallback;
+  const value = typeof raw === 'number' ? raw : typeof raw === 'string' ? Number(raw.trim()) : Number.NaN;
+  if (!Number.isFinite(value)) throw new ConfigError(name, `must be a number, got ${JSON.stringify(raw)}`);
+  if (limits.min !== undefined && value < limits.min) {
+    throw new ConfigError(name, `must be >= ${limits.min}, got ${value}`);
+  }
+  if (limits.max !== undefined && value > limits.max) {
+    throw new ConfigError(name, `must be <= ${limits.max}, got ${value}`);
+  }
+  return value;
+}
+
+function readInteger(
+  input: ThreadgateSettings,
+  name: keyof ThreadgateConfig,
+  fallback: number,
+  limits: { min?: number; max?: number },
+): number {
+  const value = readNumber(input, name, fallback, limits);
+  if (!Number.isInteger(value)) throw new ConfigError(name, `must be a whole number, got ${value}`);
+  return value;
+}
+
+function readList(input: ThreadgateSettings, name: keyof ThreadgateConfig): string[] {
+  const raw = input[name];
+  if (!present(raw)) return [];
+  const items = Array.isArray(raw) ? raw : typeof raw === 'string' ? raw.split(',') : undefined;
+  if (!items || items.some((item) => typeof item !== 'string')) {
+    throw new ConfigError(
+      name,
+      `must be a comma-separated string or a list of strings, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return (items as string[]).map((item) => item.trim()).filter((item) => item !== '');
+}

@@ -1,0 +1,95 @@
+import { Duration } from 'aws-cdk-lib';
+import * as events from 'aws-cdk-lib/aws-events';
+import * as targets from 'aws-cdk-lib/aws-events-targets';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import type { ThreadgateConfig } from '../config.js';
+import { BundledFunction } from './bundled-function.js';
+import type { PipelineState } from './pipeline-state.js';
+import { METRICS_NAMESPACE, type Worker } from './worker.js';
+
+/** EventBridge's shortest schedule; the cap follows the plan within one period. */
+export const ADJUSTER_SCHEDULE = events.Schedule.rate(Duration.minutes(1));
+
+export interface CapAdjusterProps {
+  readonly config: ThreadgateConfig;
+  readonly worker: Worker;
+  readonly queue: sqs.IQueue;
+  readonly pipelineState: PipelineState;
+}
+
+/**
+ * Every minute: read CaptchaAI's threadsinfo, set cap = clamp(threads − reserve, minCap, maxCap)
+ * on the worker's reserved concurrency and its mapping's MaximumConcurrency (only when a value
+ * changes), and never enable a paused mapping. An EventBridge rule, not an EventBridge
+ * Scheduler schedule, because moto (the local stack) cannot deploy the latter.
+ */
+export class CapAdjuster extends Construct {
+  readonly fn: lambda.IFunction;
+  readonly functionName: string;
+  readonly role: iam.IRole;
+  readonly rule: events.Rule;
+  readonly bundled: BundledFunction;
+  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see PipelineState.grantMappingControl). */
+  readonly mappingPolicy: iam.Policy;
+
+  constructor(scope: Construct, id: string, props: CapAdjusterProps) {
+    super(scope, id);
+    const { config, worker } = props;
+    this.functionName = `${config.stackName}-cap-adjuster`;
+
+    this.bundled = new BundledFunction(this, 'Adjuster', {
+      functionName: this.functionName,
+      entry: 'functions/cap-adjuster.ts',
+      description: 'threadgate cap adjuster: keeps the worker concurrency at plan threads minus the reserve',
+      // threadsinfo (its HTTP timeout scales with TIME_SCALE) plus a few Lambda and SSM calls.
+      timeout: Duration.seconds(60),
+      logRetentionDays: config.logRetentionDays,
+      environment: {
+        WORKER_FUNCTION_NAME: worker.functionName,
+        QUEUE_ARN: props.queue.queueArn,
+        PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
+        CAPTCHAAI_URL: config.captchaaiUrl,
+        CAPTCHAAI_SECRET_NAME: config.secretName,
+        TIME_SCALE: String(config.timeScale),
+        RESERVE: String(config.reserve),
+        MIN_CAP: String(config.minCap),
+        MAX_CAP: String(config.maxCap),
+        POWERTOOLS_SERVICE_NAME: config.stackName,
+        POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+      },
+    });
+    this.fn = this.bundled.fn;
+    this.role = this.bundled.role;
+
+    this.rule = new events.Rule(this, 'Schedule', {
+      ruleName: `${config.stackName}-cap-adjuster-every-minute`,
+      description: 'Runs the threadgate cap adjuster once a minute',
+      schedule: ADJUSTER_SCHEDULE,
+      // A missed tick is replaced by the next one; retries would only pile up runs.
+      targets: [new targets.LambdaFunction(this.fn, { retryAttempts: 0, maxEventAge: Duration.minutes(1) })],
+    });
+
+    // The worker's concurrency and nothing else's.
+    iam.Grant.addToPrincipal({
+      grantee: this.role,
+      actions: [
+        'lambda:GetFunctionConcurrency',
+        'lambda:PutFunctionConcurrency',
+        'lambda:DeleteFunctionConcurrency',
+      ],
+      resourceArns: [worker.fn.functionArn],
+    });
+    props.pipelineState.grantReadWrite(this.role);
+    secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
+    this.mappingPolicy = props.pipelineState.grantMappingControl(
+      this,
+      'ResizeWorkerMapping',
+      this.role,
+      worker.mapping.eventSourceMappingId,
+    );
+  }
+}

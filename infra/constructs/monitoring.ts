@@ -1,0 +1,201 @@
+import { Duration } from 'aws-cdk-lib';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as actions from 'aws-cdk-lib/aws-cloudwatch-actions';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sns from 'aws-cdk-lib/aws-sns';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import { METRICS_NAMESPACE } from './worker.js';
+
+/** Outcome statuses the worker counts in the `Outcome` metric (dimension `status`). */
+export const OUTCOME_STATUSES = ['submitted', 'failed', 'rejected', 'stopped'] as const;
+
+export interface MonitoringProps {
+  readonly stackName: string;
+  readonly queue: sqs.IQueue;
+  readonly dlq: sqs.IQueue;
+  readonly worker: lambda.IFunction;
+  readonly adjuster: lambda.IFunction;
+  /** Alarm threshold for the oldest job's age. */
+  readonly oldestMessageAlarmSeconds: number;
+  /** SNS topic the alarms notify. @default none */
+  readonly alarmTopicArn?: string;
+}
+
+/**
+ * Alarms and the dashboard. Nothing here is referenced by another resource: moto (the local
+ * stack) skips AWS::CloudWatch::Alarm, and a Ref or GetAtt to a skipped resource fails the
+ * deploy — so no alarm widgets and no composite alarms.
+ */
+export class Monitoring extends Construct {
+  readonly dlqNotEmpty: cloudwatch.Alarm;
+  readonly pipelinePaused: cloudwatch.Alarm;
+  readonly oldestMessageAge: cloudwatch.Alarm;
+  readonly adjusterErrors: cloudwatch.Alarm;
+  readonly dashboard: cloudwatch.Dashboard;
+
+  constructor(scope: Construct, id: string, props: MonitoringProps) {
+    super(scope, id);
+    const minute = Duration.minutes(1);
+    // Powertools adds the service name (the stack name) as a dimension to every metric.
+    const custom = (metricName: string, statistic: string, extra: Record<string, string> = {}) =>
+      new cloudwatch.Metric({
+        namespace: METRICS_NAMESPACE,
+        metricName,
+        dimensionsMap: { service: props.stackName, ...extra },
+        statistic,
+        period: minute,
+      });
+
+    const dlqDepth = props.dlq.metricApproximateNumberOfMessagesVisible({
+      period: minute,
+      statistic: 'Maximum',
+    });
+    const queueDepth = props.queue.metricApproximateNumberOfMessagesVisible({
+      period: minute,
+      statistic: 'Maximum',
+    });
+    const queueInFlight = props.queue.metricApproximateNumberOfMessagesNotVisible({
+      period: minute,
+      statistic: 'Maximum',
+    });
+    const oldestAge = props.queue.metricApproximateAgeOfOldestMessage({
+      period: minute,
+      statistic: 'Maximum',
+    });
+    const paused = custom('PipelinePaused', 'Maximum');
+    const adjusterErrors = props.adjuster.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' });
+    const inFlight = new cloudwatch.Metric({
+      namespace: 'AWS/Lambda',
+      metricName: 'ConcurrentExecutions',
+      dimensionsMap: { FunctionName: props.worker.functionName },
+      statistic: 'Maximum',
+      period: minute,
+      label: 'In flight (worker concurrent executions)',
+    });
+
+    this.dlqNotEmpty = new cloudwatch.Alarm(this, 'DlqNotEmpty', {
+      alarmName: `${props.stackName}-dlq-not-empty`,
+      alarmDescription:
+        'Jobs reached the DLQ (stop-class failures or messages SQS gave up on). Read their error_code/reason attributes; fix the cause, then `threadgate redrive`.',
+      metric: dlqDepth,
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    this.pipelinePaused = new cloudwatch.Alarm(this, 'PipelinePaused', {
+      alarmName: `${props.stackName}-pipeline-paused`,
+      alarmDescription:
+        'The pipeline is paused (stop-class CaptchaAI error: bad key, IP ban, no active plan). `threadgate status` shows why; fix it, then `threadgate resume`.',
+      metric: paused,
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    this.oldestMessageAge = new cloudwatch.Alarm(this, 'OldestMessageAge', {
+      alarmName: `${props.stackName}-oldest-job-age`,
+      alarmDescription: `A job has waited over ${props.oldestMessageAlarmSeconds} s in the queue: the pipeline is paused, the cap is too small for the load, or the worker is failing.`,
+      metric: oldestAge,
+      threshold: props.oldestMessageAlarmSeconds,
+      evaluationPeriods: 5,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+    this.adjusterErrors = new cloudwatch.Alarm(this, 'AdjusterErrors', {
+      alarmName: `${props.stackName}-cap-adjuster-errors`,
+      alarmDescription:
+        'The cap adjuster failed: the cap no longer follows the plan. Read the cap adjuster log group for the error.',
+      metric: adjusterErrors,
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    });
+
+    if (props.alarmTopicArn) {
+      const topic = sns.Topic.fromTopicArn(this, 'AlarmTopic', props.alarmTopicArn);
+      for (const alarm of [
+        this.dlqNotEmpty,
+        this.pipelinePaused,
+        this.oldestMessageAge,
+        this.adjusterErrors,
+      ]) {
+        alarm.addAlarmAction(new actions.SnsAction(topic));
+      }
+    }
+
+    this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
+      dashboardName: props.stackName,
+      defaultInterval: Duration.hours(3),
+    });
+    this.dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Cap and in flight',
+        width: 12,
+        left: [
+          inFlight,
+          custom('Cap', 'Maximum', {}).with({ label: 'Cap' }),
+          custom('PlanThreads', 'Maximum').with({ label: 'Plan threads' }),
+          custom('WorkingThreads', 'Maximum').with({ label: 'Working threads (all clients of the key)' }),
+          custom('ExternalThreadsBusy', 'Maximum').with({ label: 'Busy outside this pipeline (estimate)' }),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Queues',
+        width: 12,
+        left: [
+          queueDepth.with({ label: 'Queued jobs' }),
+          queueInFlight.with({ label: 'Jobs being worked on' }),
+          dlqDepth.with({ label: 'DLQ depth' }),
+        ],
+        right: [oldestAge.with({ label: 'Oldest job age (s)' })],
+      }),
+    );
+    this.dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Outcomes by status',
+        width: 12,
+        stacked: true,
+        left: OUTCOME_STATUSES.map((status) => custom('Outcome', 'Sum', { status }).with({ label: status })),
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Solves',
+        width: 12,
+        left: [
+          custom('Solves', 'Sum').with({ label: 'Solves' }),
+          custom('ClaimConflicts', 'Sum').with({ label: 'Claim conflicts (duplicates skipped)' }),
+          custom('StopEvents', 'Sum').with({ label: 'Stop-class events' }),
+        ],
+        right: [
+          custom('SolveTime', 'Average').with({ label: 'Solve time avg (ms)' }),
+          custom('SolveTime', 'p90').with({ label: 'Solve time p90 (ms)' }),
+        ],
+      }),
+    );
+    this.dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Pipeline state',
+        width: 12,
+        left: [
+          paused.with({ label: 'Paused (1 = yes)' }),
+          custom('ReservedConcurrencyFallback', 'Maximum').with({
+            label: 'Reserved concurrency fallback (mapping maximum only)',
+          }),
+        ],
+      }),
+      new cloudwatch.GraphWidget({
+        title: 'Worker and adjuster errors',
+        width: 12,
+        left: [
+          props.worker.metricErrors({ period: minute }).with({ label: 'Worker errors' }),
+          props.worker
+            .metricThrottles({ period: minute })
+            .with({ label: 'Worker throttles (should stay 0)' }),
+          adjusterErrors.with({ label: 'Adjuster errors' }),
+        ],
+      }),
+    );
+  }
+}

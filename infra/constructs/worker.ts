@@ -1,0 +1,99 @@
+import { Duration } from 'aws-cdk-lib';
+import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import type * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
+import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
+import type * as sqs from 'aws-cdk-lib/aws-sqs';
+import { Construct } from 'constructs';
+import type { ThreadgateConfig } from '../config.js';
+import { BundledFunction } from './bundled-function.js';
+import type { PipelineState } from './pipeline-state.js';
+
+/** Powertools metrics namespace shared by the worker and the cap adjuster. */
+export const METRICS_NAMESPACE = 'Threadgate';
+/** The mapping's MaximumConcurrency cannot be below 2; a cap of 1 relies on reserved concurrency alone. */
+export const MIN_MAPPING_MAX_CONCURRENCY = 2;
+
+export interface WorkerProps {
+  readonly config: ThreadgateConfig;
+  readonly queue: sqs.IQueue;
+  readonly dlq: sqs.IQueue;
+  readonly table: dynamodb.ITable;
+  readonly pipelineState: PipelineState;
+}
+
+/**
+ * The worker: one invocation per job message (batch size 1, so one invocation is at most one
+ * solve), reserved concurrency = cap as the hard ceiling, and the mapping's MaximumConcurrency
+ * = cap so the poller never takes more batches than the cap (no throttling, honest receive counts).
+ */
+export class Worker extends Construct {
+  readonly fn: lambda.IFunction;
+  readonly functionName: string;
+  readonly role: iam.IRole;
+  readonly mapping: sources.SqsEventSource;
+  readonly bundled: BundledFunction;
+  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see PipelineState.grantMappingControl). */
+  readonly mappingPolicy: iam.Policy;
+
+  constructor(scope: Construct, id: string, props: WorkerProps) {
+    super(scope, id);
+    const { config } = props;
+    this.functionName = `${config.stackName}-worker`;
+
+    this.bundled = new BundledFunction(this, 'Worker', {
+      functionName: this.functionName,
+      entry: 'functions/worker.ts',
+      description: 'threadgate worker: solves one job through CaptchaAI and posts the form',
+      timeout: Duration.seconds(config.workerTimeoutSeconds),
+      logRetentionDays: config.logRetentionDays,
+      reservedConcurrentExecutions: config.initialCap,
+      environment: {
+        TABLE_NAME: props.table.tableName,
+        QUEUE_URL: props.queue.queueUrl,
+        QUEUE_ARN: props.queue.queueArn,
+        DLQ_URL: props.dlq.queueUrl,
+        PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
+        CAPTCHAAI_URL: config.captchaaiUrl,
+        CAPTCHAAI_SECRET_NAME: config.secretName,
+        TIME_SCALE: String(config.timeScale),
+        ALLOWED_HOSTS: config.allowedHosts.join(','),
+        LEASE_SECONDS: String(config.leaseSeconds),
+        TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
+        TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
+        COOLDOWN_MS: String(config.cooldownMs),
+        // The stack name as the service dimension keeps two stacks' metrics apart.
+        POWERTOOLS_SERVICE_NAME: config.stackName,
+        POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+      },
+    });
+    this.fn = this.bundled.fn;
+    this.role = this.bundled.role;
+
+    this.mapping = new sources.SqsEventSource(props.queue, {
+      batchSize: 1,
+      reportBatchItemFailures: true,
+      maxConcurrency: config.initialCap >= MIN_MAPPING_MAX_CONCURRENCY ? config.initialCap : undefined,
+      enabled: true,
+    });
+    this.bundled.fn.addEventSource(this.mapping);
+
+    // Stop-class records go to the DLQ with their reason, written by the worker itself.
+    props.dlq.grantSendMessages(this.role);
+    // Claims and outcomes: conditional put/update and a read of the existing row.
+    iam.Grant.addToPrincipal({
+      grantee: this.role,
+      actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+      resourceArns: [props.table.tableArn],
+    });
+    props.pipelineState.grantReadWrite(this.role);
+    secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
+    this.mappingPolicy = props.pipelineState.grantMappingControl(
+      this,
+      'PauseOwnMapping',
+      this.role,
+      this.mapping.eventSourceMappingId,
+    );
+  }
+}
