@@ -7,10 +7,16 @@ import {
   TransientError,
   UnsolvableError,
 } from '../errors.js';
-import { resolveTimings, type SolveTimings } from './timings.js';
+import { resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
 import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 
-export { DEFAULT_TIMINGS, resolveTimings, type SolveTimings, TOKEN_LIFETIME_MS } from './timings.js';
+export {
+  DEFAULT_TIMINGS,
+  resolveTimings,
+  type SolveTimings,
+  type SolveTimingsOverrides,
+  TOKEN_LIFETIME_MS,
+} from './timings.js';
 export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 export { CAPTCHA_TYPES } from './types.js';
 
@@ -25,8 +31,8 @@ export interface CaptchaAiClientOptions {
   apiKey: string;
   /** @default https://ocr.captchaai.com */
   baseUrl?: string;
-  /** Overrides of CaptchaAI's default waits (see DEFAULT_TIMINGS). */
-  timings?: Partial<SolveTimings>;
+  /** Overrides of CaptchaAI's default waits (see DEFAULT_TIMINGS); firstPollMs may name only some types. */
+  timings?: SolveTimingsOverrides;
   /** Multiplies every wait, including the deadline and the HTTP timeout. @default 1 */
   timeScale?: number;
   /** @default globalThis.fetch */

@@ -50,8 +50,13 @@ export const TOKEN_LIFETIME_MS: Record<CaptchaType, number> = {
   image: Number.POSITIVE_INFINITY,
 };
 
+/** Partial timings; `firstPollMs` may name only some types. */
+export type SolveTimingsOverrides = Partial<Omit<SolveTimings, 'firstPollMs'>> & {
+  firstPollMs?: Partial<Record<CaptchaType, number>>;
+};
+
 /** Merges partial overrides onto the defaults (firstPollMs per type as well). */
-export function resolveTimings(overrides: Partial<SolveTimings> = {}): SolveTimings {
+export function resolveTimings(overrides: SolveTimingsOverrides = {}): SolveTimings {
   return {
     ...DEFAULT_TIMINGS,
     ...overrides,
