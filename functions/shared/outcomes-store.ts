@@ -1,0 +1,229 @@
+import {
+  type AttributeValue,
+  ConditionalCheckFailedException,
+  type DynamoDBClient,
+  GetItemCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+
+/**
+ * The outcome table: one row per record_key (CONTRACTS.md "Outcome row"). All writes are
+ * conditional, which is what makes the worker idempotent:
+ * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
+ *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why.
+ * - finish / release: only while this owner still holds the claim.
+ * - reject: only when there is no row at all (a malformed duplicate never overwrites).
+ * Never stores a token or a key.
+ */
+export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'stopped';
+
+export interface OutcomeRow {
+  record_key: string;
+  status: OutcomeStatus;
+  reason?: string;
+  target_status?: number;
+  /** in.php submits made for the record, over all its claims. */
+  attempts?: number;
+  captcha_type?: string;
+  solve_ms?: number;
+  created_at?: string;
+  updated_at?: string;
+  lease_owner?: string;
+  /** Epoch ms. */
+  lease_expires_at?: number;
+}
+
+export type ClaimResult =
+  | { claimed: true; leaseExpiresAt: number }
+  /** `finished`: submitted / failed / rejected. `leased`: in_progress with a live lease. */
+  | { claimed: false; why: 'finished' | 'leased'; row: OutcomeRow | undefined };
+
+export interface FinalOutcome {
+  status: 'submitted' | 'failed' | 'stopped';
+  reason: string;
+  targetStatus?: number;
+  /** in.php submits made by this claim (added to the row's attempts). */
+  attempts?: number;
+  solveMs?: number;
+}
+
+export type WriteResult = { written: true } | { written: false; row: OutcomeRow | undefined };
+
+export interface OutcomesStoreOptions {
+  client: DynamoDBClient;
+  tableName: string;
+  /** Epoch ms; leases compare against it. */
+  now?: () => number;
+}
+
+const FINISHED: ReadonlySet<string> = new Set(['submitted', 'failed', 'rejected']);
+
+function s(value: string): AttributeValue {
+  return { S: value };
+}
+function n(value: number): AttributeValue {
+  return { N: String(value) };
+}
+
+function rowFrom(item: Record<string, AttributeValue> | undefined): OutcomeRow | undefined {
+  if (!item?.record_key?.S) return undefined;
+  const row: Record<string, string | number> = {};
+  for (const [key, value] of Object.entries(item)) {
+    if (value.S !== undefined) row[key] = value.S;
+    else if (value.N !== undefined) row[key] = Number(value.N);
+  }
+  return row as unknown as OutcomeRow;
+}
+
+function conditionFailed(err: unknown): err is ConditionalCheckFailedException {
+  return (
+    err instanceof ConditionalCheckFailedException ||
+    (err as { name?: string }).name === 'ConditionalCheckFailedException'
+  );
+}
+
+export class OutcomesStore {
+  private readonly now: () => number;
+
+  constructor(private readonly options: OutcomesStoreOptions) {
+    this.now = options.now ?? Date.now;
+  }
+
+  async get(recordKey: string): Promise<OutcomeRow | undefined> {
+    const out = await this.options.client.send(
+      new GetItemCommand({
+        TableName: this.options.tableName,
+        Key: { record_key: s(recordKey) },
+        ConsistentRead: true,
+      }),
+    );
+    return rowFrom(out.Item);
+  }
+
+  /** Takes the record for `leaseMs`. See the class comment for when that is allowed. */
+  async claim(
+    recordKey: string,
+    claim: { owner: string; leaseMs: number; captchaType: string },
+  ): Promise<ClaimResult> {
+    const now = this.now();
+    const leaseExpiresAt = now + claim.leaseMs;
+    try {
+      await this.options.client.send(
+        new UpdateItemCommand({
+          TableName: this.options.tableName,
+          Key: { record_key: s(recordKey) },
+          ConditionExpression:
+            'attribute_not_exists(record_key) OR #status = :stopped OR (#status = :in_progress AND lease_expires_at < :now)',
+          UpdateExpression:
+            'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
+            'updated_at = :iso, created_at = if_not_exists(created_at, :iso) REMOVE reason, target_status, solve_ms',
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: {
+            ':stopped': s('stopped'),
+            ':in_progress': s('in_progress'),
+            ':now': n(now),
+            ':owner': s(claim.owner),
+            ':expires': n(leaseExpiresAt),
+            ':type': s(claim.captchaType),
+            ':iso': s(new Date(now).toISOString()),
+          },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { claimed: true, leaseExpiresAt };
+    } catch (err) {
+      if (!conditionFailed(err)) throw err;
+      const row = rowFrom(err.Item);
+      return { claimed: false, why: row && FINISHED.has(row.status) ? 'finished' : 'leased', row };
+    }
+  }
+
+  /** The final write (or `stopped`), only while `owner` still holds the claim. */
+  async finish(recordKey: string, owner: string, outcome: FinalOutcome): Promise<WriteResult> {
+    const now = this.now();
+    const sets = ['#status = :status', 'reason = :reason', 'updated_at = :iso'];
+    const values: Record<string, AttributeValue> = {
+      ':status': s(outcome.status),
+      ':reason': s(outcome.reason),
+      ':iso': s(new Date(now).toISOString()),
+      ':owner': s(owner),
+      ':in_progress': s('in_progress'),
+      ':attempts': n(outcome.attempts ?? 0),
+      ':zero': n(0),
+    };
+    sets.push('attempts = if_not_exists(attempts, :zero) + :attempts');
+    if (outcome.targetStatus !== undefined) {
+      sets.push('target_status = :target');
+      values[':target'] = n(outcome.targetStatus);
+    }
+    if (outcome.solveMs !== undefined) {
+      sets.push('solve_ms = :solve');
+      values[':solve'] = n(Math.round(outcome.solveMs));
+    }
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      UpdateExpression: `SET ${sets.join(', ')} REMOVE lease_expires_at`,
+      ExpressionAttributeValues: values,
+    });
+  }
+
+  /**
+   * Gives the claim up without an outcome (a transient failure that will be retried): the
+   * lease ends now, so the redelivered message can claim at once.
+   */
+  async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      UpdateExpression:
+        'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts',
+      ExpressionAttributeValues: {
+        ':owner': s(owner),
+        ':in_progress': s('in_progress'),
+        ':zero': n(0),
+        ':attempts': n(attempts),
+        ':iso': s(new Date(this.now()).toISOString()),
+      },
+    });
+  }
+
+  /** `rejected` for an invalid job message; only when the record has no row yet. */
+  async reject(recordKey: string, reason: string): Promise<WriteResult> {
+    const iso = new Date(this.now()).toISOString();
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'attribute_not_exists(record_key)',
+      UpdateExpression:
+        'SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso',
+      ExpressionAttributeValues: {
+        ':status': s('rejected'),
+        ':reason': s(reason),
+        ':zero': n(0),
+        ':iso': s(iso),
+      },
+    });
+  }
+
+  private async conditionalUpdate(
+    recordKey: string,
+    update: {
+      ConditionExpression: string;
+      UpdateExpression: string;
+      ExpressionAttributeValues: Record<string, AttributeValue>;
+    },
+  ): Promise<WriteResult> {
+    try {
+      await this.options.client.send(
+        new UpdateItemCommand({
+          TableName: this.options.tableName,
+          Key: { record_key: s(recordKey) },
+          ...update,
+          ExpressionAttributeNames: { '#status': 'status' },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { written: true };
+    } catch (err) {
+      if (!conditionFailed(err)) throw err;
+      return { written: false, row: rowFrom(err.Item) };
+    }
+  }
+}

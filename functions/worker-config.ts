@@ -1,0 +1,71 @@
+import { type Allowlist, parseAllowlist } from './shared/allowlist.js';
+import { type Env, optionalList, optionalNumber, optionalString, requireString } from './shared/env.js';
+import { ConfigError } from './shared/errors.js';
+
+/**
+ * The worker's configuration, read once per instance from the environment the stack sets
+ * (CONTRACTS.md "Worker env") and validated; errors name the variable.
+ */
+export interface WorkerConfig {
+  tableName: string;
+  queueUrl: string;
+  queueArn: string;
+  dlqUrl: string;
+  pipelineStateParam: string;
+  captchaAiUrl: string;
+  captchaAiSecretName: string;
+  /** Multiplies CaptchaAI waits and token lifetimes (tests and the local stack use < 1). */
+  timeScale: number;
+  allowlist: Allowlist;
+  /** Lease of a claim. Must exceed the function timeout, so a killed invocation's record is not re-solved while it could still be running. */
+  leaseMs: number;
+  /** Transient failures are retried while ApproximateReceiveCount is below this; keep it below the queue's maxReceiveCount. */
+  transientReceiveLimit: number;
+  /** Timeout of each HTTP exchange with the target site. */
+  targetTimeoutMs: number;
+  /** How long a record that hit the client deadline keeps its slot (not time-scaled). */
+  cooldownMs: number;
+  /** The worker's own function name (the pipeline pause finds its mapping by it). */
+  functionName: string;
+}
+
+export const WORKER_DEFAULTS = {
+  captchaAiUrl: 'https://ocr.captchaai.com',
+  timeScale: 1,
+  leaseSeconds: 900,
+  transientReceiveLimit: 3,
+  targetTimeoutMs: 15_000,
+  cooldownMs: 60_000,
+} as const;
+
+export function readWorkerConfig(env: Env = process.env): WorkerConfig {
+  const allowedHosts = optionalList(env, 'ALLOWED_HOSTS');
+  if (allowedHosts.length === 0) {
+    throw new ConfigError('ALLOWED_HOSTS', 'is required: a comma list of target hosts (exact or *.suffix)');
+  }
+  return {
+    tableName: requireString(env, 'TABLE_NAME'),
+    queueUrl: requireString(env, 'QUEUE_URL'),
+    queueArn: requireString(env, 'QUEUE_ARN'),
+    dlqUrl: requireString(env, 'DLQ_URL'),
+    pipelineStateParam: requireString(env, 'PIPELINE_STATE_PARAM'),
+    captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', WORKER_DEFAULTS.captchaAiUrl),
+    captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
+    timeScale: optionalNumber(env, 'TIME_SCALE', WORKER_DEFAULTS.timeScale, { min: 0.0001, max: 100 }),
+    allowlist: parseAllowlist(allowedHosts),
+    leaseMs:
+      optionalNumber(env, 'LEASE_SECONDS', WORKER_DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
+    transientReceiveLimit: optionalNumber(
+      env,
+      'TRANSIENT_RECEIVE_LIMIT',
+      WORKER_DEFAULTS.transientReceiveLimit,
+      {
+        min: 1,
+        integer: true,
+      },
+    ),
+    targetTimeoutMs: optionalNumber(env, 'TARGET_TIMEOUT_MS', WORKER_DEFAULTS.targetTimeoutMs, { min: 1 }),
+    cooldownMs: optionalNumber(env, 'COOLDOWN_MS', WORKER_DEFAULTS.cooldownMs, { min: 0 }),
+    functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
+  };
+}
