@@ -1,0 +1,83 @@
+// One Lambda execution environment of the local runtime (local/runtime.ts), run as a worker
+// thread with the function's own environment variables. Plain JavaScript on purpose: the
+// thread loads only the bundle CDK built, never the repository's TypeScript.
+//
+// Protocol with the parent: {type: 'invoke', id, event, context} in, {type: 'result', id, ok,
+// payload | error} out. Like Lambda, the handler module stays loaded between invocations
+// (warm starts), and one environment runs one invocation at a time.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parentPort, workerData } from 'node:worker_threads';
+
+process.setSourceMapsEnabled?.(true);
+
+/** @type {Promise<Function> | undefined} */
+let handlerPromise;
+
+async function loadHandler() {
+  const { taskRoot, handler } = workerData;
+  const dot = handler.lastIndexOf('.');
+  if (dot <= 0)
+    throw Object.assign(new Error(`bad handler "${handler}"`), { name: 'Runtime.MalformedHandlerName' });
+  const modulePath = handler.slice(0, dot);
+  const exportName = handler.slice(dot + 1);
+  const file = ['.js', '.mjs', '.cjs']
+    .map((ext) => join(taskRoot, modulePath + ext))
+    .find((f) => existsSync(f));
+  if (!file) {
+    throw Object.assign(new Error(`Cannot find module '${modulePath}' in ${taskRoot}`), {
+      name: 'Runtime.ImportModuleError',
+    });
+  }
+  const mod = await import(pathToFileURL(file).href);
+  const fn = mod[exportName] ?? mod.default?.[exportName];
+  if (typeof fn !== 'function') {
+    throw Object.assign(new Error(`${modulePath}.${exportName} is undefined or not exported`), {
+      name: 'Runtime.HandlerNotFound',
+    });
+  }
+  return fn;
+}
+
+function callHandler(fn, event, context) {
+  if (fn.length < 3) return Promise.resolve().then(() => fn(event, context));
+  // Callback-style handler: the first of callback or returned promise wins.
+  return new Promise((resolve, reject) => {
+    const done = (err, value) => (err ? reject(err) : resolve(value));
+    context.done = done;
+    context.succeed = (value) => resolve(value);
+    context.fail = (err) => reject(err);
+    const returned = fn(event, context, done);
+    if (returned && typeof returned.then === 'function') returned.then(resolve, reject);
+  });
+}
+
+parentPort.on('message', async (message) => {
+  if (message?.type !== 'invoke') return;
+  const { id, event, context: base } = message;
+  const context = {
+    ...base,
+    callbackWaitsForEmptyEventLoop: true,
+    getRemainingTimeInMillis: () => Math.max(0, base.deadlineMs - Date.now()),
+    done() {},
+    succeed() {},
+    fail() {},
+  };
+  try {
+    handlerPromise ??= loadHandler();
+    const fn = await handlerPromise;
+    const result = await callHandler(fn, event, context);
+    // Lambda serializes the response to JSON; do the same so the parent sees what AWS would.
+    const payload = result === undefined ? null : JSON.parse(JSON.stringify(result));
+    parentPort.postMessage({ type: 'result', id, ok: true, payload });
+  } catch (err) {
+    const error = err instanceof Error ? err : new Error(String(err));
+    parentPort.postMessage({
+      type: 'result',
+      id,
+      ok: false,
+      error: { errorType: error.name || 'Error', errorMessage: error.message, stack: error.stack },
+    });
+  }
+});
