@@ -314,18 +314,22 @@ describe('CaptchaAI stand-in: faults', () => {
 
   it('a slow answer the caller gave up on creates no task', async () => {
     // Prepare
-    const s = await standin({ faults: { slow: 1 }, slowMs: 200 });
-
-    // Act
-    const outcome = await fetch(`${s.url}/in.php`, {
+    const s = await standin({ faults: { slow: 1 }, slowMs: 300 });
+    const abort = new AbortController();
+    const request = fetch(`${s.url}/in.php`, {
       method: 'POST',
       body: new URLSearchParams({ key: KEY, ...V2 }),
-      signal: AbortSignal.timeout(20),
+      signal: abort.signal,
     }).then(
       () => 'answered',
       () => 'gave up',
     );
-    await sleep(400);
+    while (s.stats().submits === 0) await sleep(5);
+
+    // Act: give up while the stand-in is still holding the answer back, then outwait it.
+    abort.abort();
+    const outcome = await request;
+    await sleep(500);
 
     // Assess
     expect(outcome).toBe('gave up');

@@ -145,7 +145,8 @@ describe('Limiter', () => {
 describe('Limiter in front of the CaptchaAI stand-in', () => {
   const KEY = '00112233445566778899aabbccddeeff';
   const THREADS = 4;
-  const FAST = { minMs: 2_000, maxMs: 6_000 };
+  // Solves last 200-400 ms here: long enough that 3×T submits overlap even on a loaded machine.
+  const LATENCY = { minMs: 20_000, maxMs: 40_000 };
   const standins: CaptchaStandin[] = [];
   afterEach(async () => {
     await Promise.all(standins.splice(0).map((s) => s.close()));
@@ -156,15 +157,15 @@ describe('Limiter in front of the CaptchaAI stand-in', () => {
       threads: THREADS,
       apiKey: KEY,
       timeScale: 0.01,
-      latency: { recaptcha_v2: FAST, turnstile: FAST },
+      latency: { recaptcha_v2: LATENCY, turnstile: LATENCY },
     });
     standins.push(s);
-    const firstPollMs = { recaptcha_v2: 1_000, turnstile: 1_000 };
+    const firstPollMs = { recaptcha_v2: 15_000, turnstile: 15_000 };
     const client = new CaptchaAiClient({
       apiKey: KEY,
       baseUrl: s.url,
       timeScale: 0.01,
-      timings: { firstPollMs, pollIntervalMs: 1_000, submitBackoffMs: 3_000, httpTimeoutMs: 300_000 },
+      timings: { firstPollMs, pollIntervalMs: 2_000, submitBackoffMs: 3_000, httpTimeoutMs: 300_000 },
     });
     const tasks = Array.from({ length: 3 * THREADS }, (_, i) => ({
       type: i % 2 === 0 ? ('recaptcha_v2' as const) : ('turnstile' as const),
