@@ -1,6 +1,13 @@
 import type { Command } from 'commander';
+import { registerEnqueue } from './enqueue.js';
+import { registerOutcomes } from './outcomes.js';
+import { registerPause } from './pause.js';
+import { registerRedrive } from './redrive.js';
+import { registerResume } from './resume.js';
+import { registerSecret } from './secret.js';
 import { registerSolveCommand } from './solve.js';
 import { registerStandinCommand } from './standin.js';
+import { registerStatus } from './status.js';
 import { registerThreadsCommand } from './threads.js';
 
 /**
@@ -12,4 +19,11 @@ export function registerCommands(program: Command): void {
   registerSolveCommand(program);
   registerThreadsCommand(program);
   registerStandinCommand(program);
+  registerEnqueue(program);
+  registerStatus(program);
+  registerOutcomes(program);
+  registerPause(program);
+  registerResume(program);
+  registerRedrive(program);
+  registerSecret(program);
 }

@@ -1,0 +1,331 @@
+import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import {
+  SendMessageBatchCommand,
+  type SendMessageBatchCommandOutput,
+  type SendMessageBatchRequestEntry,
+} from '@aws-sdk/client-sqs';
+import type { Command } from 'commander';
+import { validateJobMessage } from '../../functions/shared/job-schema.js';
+import { CliError, EXIT } from '../exit-codes.js';
+import { Progress } from '../progress.js';
+import {
+  type AwsContext,
+  addStackOptions,
+  awsContext,
+  explainAwsError,
+  findStack,
+  output,
+  type StackOptions,
+  stackName,
+} from '../stack.js';
+
+interface EnqueueOptions extends StackOptions {
+  rejects?: string;
+  concurrency: string;
+  dryRun?: boolean;
+  json?: boolean;
+}
+
+export interface Rejected {
+  line: number;
+  reason: string;
+  recordKey?: string;
+}
+
+export interface SendFailure {
+  line: number;
+  code: string;
+  message: string;
+}
+
+export interface Repeat {
+  line: number;
+  recordKey: string;
+  firstLine: number;
+}
+
+export interface EnqueueSummary {
+  queueUrl: string | null;
+  lines: number;
+  sent: number;
+  rejected: Rejected[];
+  failed: SendFailure[];
+  repeated: Repeat[];
+  dryRun: boolean;
+}
+
+/** SQS takes at most 10 entries and 256 KiB per SendMessageBatch. */
+const BATCH_ENTRIES = 10;
+const BATCH_BYTES = 262_144;
+/** Attempts per batch entry before it counts as failed. */
+const SEND_ATTEMPTS = 6;
+/** Lines of rejects / repeats printed to stderr before summarising the rest. */
+const PRINT_LIMIT = 100;
+
+export function registerEnqueue(program: Command): void {
+  addStackOptions(
+    program
+      .command('enqueue')
+      .description(
+        'Validate job lines against the job schema and send the valid ones to the jobs queue in batches of 10',
+      )
+      .argument('<file>', 'a JSON Lines file, one job per line, or - for standard input'),
+  )
+    .option(
+      '--rejects <file>',
+      'also write rejected lines, unchanged, to FILE (fix them and enqueue FILE again)',
+    )
+    .option('--concurrency <n>', 'batches sent at once', '4')
+    .option('--dry-run', 'validate only; send nothing (needs no stack)')
+    .option('--json', 'print the summary as JSON on stdout')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ threadgate enqueue jobs.jsonl --rejects rejected.jsonl\n' +
+        "  $ my-export | jq -c '{record_key: .id, sitekey, pageurl, submit_url}' | threadgate enqueue -\n" +
+        '  $ threadgate enqueue jobs.jsonl --dry-run\n' +
+        'Exit codes: 0 all sent; 2 some lines rejected; 4 some sends failed (re-running the file is safe: a\n' +
+        'record_key that already has an outcome is not solved again).\n',
+    )
+    .action(async (file: string, options: EnqueueOptions) => {
+      const concurrency = Number(options.concurrency);
+      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 50) {
+        throw new CliError(
+          `--concurrency must be an integer from 1 to 50, got "${options.concurrency}"`,
+          EXIT.usage,
+        );
+      }
+      let aws: AwsContext | undefined;
+      let queueUrl: string | null = null;
+      if (!options.dryRun) {
+        aws = await awsContext(options);
+        try {
+          queueUrl = output(await findStack(aws, stackName(options)), 'QueueUrl');
+        } catch (err) {
+          throw explainAwsError(err, aws);
+        }
+      }
+      const summary = await enqueue(file, {
+        aws,
+        queueUrl,
+        concurrency,
+        rejectsPath: options.rejects,
+        dryRun: options.dryRun === true,
+      });
+      if (options.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+      else process.stdout.write(`${describe(summary)}\n`);
+      if (summary.failed.length) process.exitCode = EXIT.transient;
+      else if (summary.rejected.length) process.exitCode = EXIT.badTask;
+    });
+}
+
+function describe(s: EnqueueSummary): string {
+  const parts = [
+    s.dryRun ? `${s.lines} lines checked (dry run, nothing sent)` : `sent ${s.sent} of ${s.lines} lines`,
+  ];
+  if (s.rejected.length) parts.push(`${s.rejected.length} rejected`);
+  if (s.failed.length) parts.push(`${s.failed.length} failed to send (run again; duplicates are safe)`);
+  if (s.repeated.length)
+    parts.push(`${s.repeated.length} repeated record_key${s.repeated.length === 1 ? '' : 's'}`);
+  return parts.join('; ');
+}
+
+async function openInput(file: string): Promise<{ stream: NodeJS.ReadableStream; total?: number }> {
+  if (file === '-') return { stream: process.stdin };
+  try {
+    const info = await stat(file);
+    if (!info.isFile())
+      throw new CliError(`${file} is not a file; pass a JSON Lines file or - for standard input`, EXIT.usage);
+  } catch (err) {
+    if (err instanceof CliError) throw err;
+    throw new CliError(
+      `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      EXIT.usage,
+    );
+  }
+  return { stream: createReadStream(file), total: await countLines(file) };
+}
+
+/** Lines in a file (a last line without a newline counts), for the progress total. */
+async function countLines(file: string): Promise<number> {
+  let lines = 0;
+  let last = 10;
+  for await (const chunk of createReadStream(file)) {
+    const buf = chunk as Buffer;
+    for (let i = 0; i < buf.length; i++) if (buf[i] === 10) lines++;
+    if (buf.length) last = buf[buf.length - 1] ?? 10;
+  }
+  return last === 10 ? lines : lines + 1;
+}
+
+async function enqueue(
+  file: string,
+  o: {
+    aws: AwsContext | undefined;
+    queueUrl: string | null;
+    concurrency: number;
+    rejectsPath: string | undefined;
+    dryRun: boolean;
+  },
+): Promise<EnqueueSummary> {
+  const input = await openInput(file);
+  const rejectsFile = o.rejectsPath ? await openRejects(o.rejectsPath) : undefined;
+  const progress = new Progress({ label: 'enqueue', unit: 'lines', total: input.total });
+  const summary: EnqueueSummary = {
+    queueUrl: o.queueUrl,
+    lines: 0,
+    sent: 0,
+    rejected: [],
+    failed: [],
+    repeated: [],
+    dryRun: o.dryRun,
+  };
+  const firstLineOf = new Map<string, number>();
+  const inflight = new Set<Promise<void>>();
+  let batch: { entries: SendMessageBatchRequestEntry[]; bytes: number } = { entries: [], bytes: 0 };
+  let fatal: unknown;
+
+  const flush = async () => {
+    const entries = batch.entries;
+    batch = { entries: [], bytes: 0 };
+    if (entries.length === 0 || o.dryRun || !o.aws || !o.queueUrl) {
+      progress.tick(entries.length);
+      return;
+    }
+    while (inflight.size >= o.concurrency) await Promise.race(inflight);
+    const aws = o.aws;
+    const queueUrl = o.queueUrl;
+    const p = sendBatch(aws, queueUrl, entries)
+      .then((result) => {
+        summary.sent += result.sent;
+        for (const f of result.failed) {
+          summary.failed.push(f);
+          progress.log(`line ${f.line}: not sent: ${f.code} ${f.message}`);
+        }
+        progress.tick(entries.length);
+      })
+      .catch((err) => {
+        fatal ??= err;
+      })
+      .finally(() => inflight.delete(p));
+    inflight.add(p);
+  };
+
+  const lines = createInterface({ input: input.stream, crlfDelay: Number.POSITIVE_INFINITY });
+  let lineNo = 0;
+  for await (const rawLine of lines) {
+    lineNo += 1;
+    if (fatal) break;
+    const line = rawLine.trim();
+    if (line === '') {
+      progress.tick();
+      continue; // blank lines carry nothing
+    }
+    summary.lines += 1;
+    const verdict = validateJobMessage(line);
+    if (!verdict.ok) {
+      summary.rejected.push({
+        line: lineNo,
+        reason: verdict.reason,
+        ...(verdict.recordKey !== undefined ? { recordKey: verdict.recordKey } : {}),
+      });
+      if (summary.rejected.length <= PRINT_LIMIT) progress.log(`line ${lineNo}: rejected: ${verdict.reason}`);
+      rejectsFile?.write(`${rawLine}\n`);
+      progress.tick();
+      continue;
+    }
+    const key = verdict.job.record_key;
+    const first = firstLineOf.get(key);
+    if (first === undefined) firstLineOf.set(key, lineNo);
+    else {
+      summary.repeated.push({ line: lineNo, recordKey: key, firstLine: first });
+      if (summary.repeated.length <= PRINT_LIMIT) {
+        progress.log(
+          `line ${lineNo}: warning: record_key ${JSON.stringify(key)} repeats line ${first}; it is sent, and solved at most once`,
+        );
+      }
+    }
+    const bytes = Buffer.byteLength(line, 'utf8');
+    if (
+      batch.entries.length >= BATCH_ENTRIES ||
+      (batch.entries.length > 0 && batch.bytes + bytes > BATCH_BYTES)
+    ) {
+      await flush();
+    }
+    batch.entries.push({ Id: String(lineNo), MessageBody: line });
+    batch.bytes += bytes;
+  }
+  if (!fatal) await flush();
+  await Promise.all(inflight);
+  progress.finish();
+  if (rejectsFile) await closeRejects(rejectsFile);
+  const more = (n: number, what: string) =>
+    n > PRINT_LIMIT ? progress.log(`… and ${n - PRINT_LIMIT} more ${what} (not printed)`) : undefined;
+  more(summary.rejected.length, `rejected lines${o.rejectsPath ? ` (all in ${o.rejectsPath})` : ''}`);
+  more(summary.repeated.length, 'repeated record_keys');
+  if (fatal) {
+    const err = o.aws ? explainAwsError(fatal, o.aws) : fatal;
+    throw new CliError(
+      `${(err as Error).message} — stopped after sending ${summary.sent} messages. Sending the whole file again is safe: ` +
+        'a record_key that already has an outcome is not solved again.',
+      err instanceof CliError ? err.exitCode : EXIT.transient,
+      { cause: fatal },
+    );
+  }
+  return summary;
+}
+
+/** One SendMessageBatch with retries of just the entries that failed for the service's reasons. */
+async function sendBatch(
+  aws: AwsContext,
+  queueUrl: string,
+  entries: SendMessageBatchRequestEntry[],
+): Promise<{ sent: number; failed: SendFailure[] }> {
+  let pending = entries;
+  let sent = 0;
+  const failed: SendFailure[] = [];
+  for (let attempt = 1; pending.length > 0; attempt++) {
+    if (attempt > 1)
+      await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 200 * 2 ** (attempt - 2))));
+    let out: SendMessageBatchCommandOutput;
+    try {
+      out = await aws.clients.sqs.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: pending }));
+    } catch (err) {
+      // The SDK already retried throttling and network errors; a few more rounds ride out a blip.
+      if (attempt >= SEND_ATTEMPTS) throw err;
+      continue;
+    }
+    sent += out.Successful?.length ?? 0;
+    const retry = new Set<string>();
+    for (const f of out.Failed ?? []) {
+      if (f.SenderFault || attempt >= SEND_ATTEMPTS) {
+        failed.push({ line: Number(f.Id), code: f.Code ?? 'Unknown', message: f.Message ?? '' });
+      } else if (f.Id) retry.add(f.Id);
+    }
+    pending = pending.filter((e) => e.Id && retry.has(e.Id));
+  }
+  return { sent, failed };
+}
+
+async function openRejects(path: string): Promise<WriteStream> {
+  const stream = createWriteStream(path, { encoding: 'utf8' });
+  await new Promise<void>((resolve, reject) => {
+    stream.once('open', () => resolve());
+    stream.once('error', (err) =>
+      reject(
+        new CliError(
+          `cannot write --rejects ${path}: ${(err as NodeJS.ErrnoException).code ?? err.message}`,
+          EXIT.usage,
+        ),
+      ),
+    );
+  });
+  return stream;
+}
+
+function closeRejects(stream: WriteStream): Promise<void> {
+  return new Promise((resolve, reject) => {
+    stream.end((err?: Error | null) => (err ? reject(err) : resolve()));
+  });
+}

@@ -1,0 +1,203 @@
+import { DescribeTableCommand } from '@aws-sdk/client-dynamodb';
+import { QueryCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import type { Command } from 'commander';
+import { CliError, EXIT } from '../exit-codes.js';
+import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
+import { OUTCOME_STATUSES } from './status.js';
+
+/**
+ * The columns of an outcome row, in export order. Only these are read (ProjectionExpression)
+ * and written: whatever else a row might hold never leaves the table through the CLI.
+ */
+export const OUTCOME_COLUMNS = [
+  'record_key',
+  'status',
+  'reason',
+  'target_status',
+  'attempts',
+  'captcha_type',
+  'solve_ms',
+  'created_at',
+  'updated_at',
+  'lease_owner',
+  'lease_expires_at',
+] as const;
+
+interface OutcomesOptions extends StackOptions {
+  status?: string;
+  since?: string;
+  format: string;
+  limit?: string;
+  json?: boolean;
+}
+
+export function registerOutcomes(program: Command): void {
+  addStackOptions(
+    program
+      .command('outcomes')
+      .description('Export outcome rows (one per record_key) from the table; never a token'),
+  )
+    .option('--status <status>', `only rows with this status (${OUTCOME_STATUSES.join(', ')})`)
+    .option(
+      '--since <time>',
+      'only rows updated at or after TIME: ISO 8601 (2026-11-30T09:00Z) or an age (90m, 2h, 3d)',
+    )
+    .option('--format <format>', 'jsonl or csv', 'jsonl')
+    .option('--limit <n>', 'stop after N rows')
+    .option('--json', 'print one JSON array instead of JSON lines')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ threadgate outcomes --status failed --since 2h\n' +
+        '  $ threadgate outcomes --format csv > outcomes.csv\n' +
+        "  $ threadgate outcomes --json | jq 'length'\n",
+    )
+    .action(async (options: OutcomesOptions) => {
+      const format = options.json ? 'json' : options.format;
+      if (!['jsonl', 'csv', 'json'].includes(format)) {
+        throw new CliError(`--format must be jsonl or csv, got "${options.format}"`, EXIT.usage);
+      }
+      if (options.status !== undefined && !(OUTCOME_STATUSES as readonly string[]).includes(options.status)) {
+        throw new CliError(
+          `--status must be one of ${OUTCOME_STATUSES.join(', ')}, got "${options.status}"`,
+          EXIT.usage,
+        );
+      }
+      const since = options.since === undefined ? undefined : parseSince(options.since, new Date());
+      const limit = options.limit === undefined ? undefined : Number(options.limit);
+      if (limit !== undefined && (!Number.isInteger(limit) || limit <= 0)) {
+        throw new CliError(`--limit must be a positive integer, got "${options.limit}"`, EXIT.usage);
+      }
+      await withStack(options, async (aws, stack) => {
+        const table = output(stack, 'TableName');
+        const writer = rowWriter(format as 'jsonl' | 'csv' | 'json');
+        let n = 0;
+        for await (const row of outcomeRows(aws, table, { status: options.status, since })) {
+          writer.row(row);
+          n += 1;
+          if (limit !== undefined && n >= limit) break;
+        }
+        writer.end();
+        process.stderr.write(`${n} outcome row${n === 1 ? '' : 's'} from ${table}\n`);
+      });
+    });
+}
+
+/** `2h`, `90m`, `3d`, `45s` ago, or an absolute ISO 8601 time; returns the ISO string to compare with. */
+export function parseSince(raw: string, now: Date): string {
+  const age = /^(\d+(?:\.\d+)?)\s*(s|m|h|d)$/i.exec(raw.trim());
+  if (age) {
+    const unit = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
+      age[2]!.toLowerCase() as 's' | 'm' | 'h' | 'd'
+    ];
+    return new Date(now.getTime() - Number(age[1]) * unit).toISOString();
+  }
+  const t = Date.parse(raw);
+  if (Number.isNaN(t)) {
+    throw new CliError(
+      `--since must be an ISO 8601 time (2026-11-30T09:00:00Z) or an age like 90m, 2h, 3d; got "${raw}"`,
+      EXIT.usage,
+    );
+  }
+  return new Date(t).toISOString();
+}
+
+type Row = Record<string, unknown>;
+
+/**
+ * Every matching row, page by page. With --status, a global secondary index whose partition
+ * key is `status` is queried when the table has one; otherwise the table is scanned.
+ */
+async function* outcomeRows(
+  aws: AwsContext,
+  table: string,
+  filter: { status?: string; since?: string },
+): AsyncGenerator<Row> {
+  const names: Record<string, string> = {};
+  OUTCOME_COLUMNS.forEach((c, i) => {
+    names[`#c${i}`] = c;
+  });
+  const projection = Object.keys(names).join(', ');
+  const statusName = `#c${OUTCOME_COLUMNS.indexOf('status')}`;
+  const updatedName = `#c${OUTCOME_COLUMNS.indexOf('updated_at')}`;
+  const values: Record<string, unknown> = {};
+  const conditions: string[] = [];
+  const index = filter.status ? await statusIndex(aws, table) : undefined;
+  if (filter.status) values[':status'] = filter.status;
+  if (filter.status && !index) conditions.push(`${statusName} = :status`);
+  if (filter.since) {
+    values[':since'] = filter.since;
+    conditions.push(`${updatedName} >= :since`);
+  }
+  const common = {
+    TableName: table,
+    ProjectionExpression: projection,
+    ExpressionAttributeNames: names,
+    ...(Object.keys(values).length ? { ExpressionAttributeValues: values } : {}),
+    ...(conditions.length ? { FilterExpression: conditions.join(' AND ') } : {}),
+  };
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = index
+      ? await aws.clients.documents.send(
+          new QueryCommand({
+            ...common,
+            IndexName: index,
+            KeyConditionExpression: `${statusName} = :status`,
+            ExclusiveStartKey: start,
+          }),
+        )
+      : await aws.clients.documents.send(new ScanCommand({ ...common, ExclusiveStartKey: start }));
+    for (const item of out.Items ?? []) yield item;
+    start = out.LastEvaluatedKey;
+  } while (start);
+}
+
+/** The name of an index keyed by `status` that projects every column, if the table has one. */
+async function statusIndex(aws: AwsContext, table: string): Promise<string | undefined> {
+  try {
+    const out = await aws.clients.dynamodb.send(new DescribeTableCommand({ TableName: table }));
+    const index = out.Table?.GlobalSecondaryIndexes?.find(
+      (i) =>
+        i.KeySchema?.some((k) => k.KeyType === 'HASH' && k.AttributeName === 'status') &&
+        i.Projection?.ProjectionType === 'ALL',
+    );
+    return index?.IndexName;
+  } catch {
+    return undefined; // no DescribeTable permission: scanning works too
+  }
+}
+
+/** Keeps only the known columns, in their order. */
+export function pickColumns(row: Row): Row {
+  const out: Row = {};
+  for (const c of OUTCOME_COLUMNS) if (row[c] !== undefined) out[c] = row[c];
+  return out;
+}
+
+export function csvField(value: unknown): string {
+  if (value === undefined || value === null) return '';
+  const s = String(value);
+  return /[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+}
+
+function rowWriter(format: 'jsonl' | 'csv' | 'json') {
+  const out = process.stdout;
+  let first = true;
+  return {
+    row(raw: Row) {
+      const row = pickColumns(raw);
+      if (format === 'jsonl') out.write(`${JSON.stringify(row)}\n`);
+      else if (format === 'json') {
+        out.write(`${first ? '[\n' : ',\n'}${JSON.stringify(row)}`);
+      } else {
+        if (first) out.write(`${OUTCOME_COLUMNS.join(',')}\n`);
+        out.write(`${OUTCOME_COLUMNS.map((c) => csvField(row[c])).join(',')}\n`);
+      }
+      first = false;
+    },
+    end() {
+      if (format === 'json') out.write(first ? '[]\n' : '\n]\n');
+      if (format === 'csv' && first) out.write(`${OUTCOME_COLUMNS.join(',')}\n`);
+    },
+  };
+}

@@ -1,0 +1,362 @@
+import { GetFunctionConcurrencyCommand, GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
+import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
+import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import type { Command } from 'commander';
+import { CliError, EXIT } from '../exit-codes.js';
+import {
+  type AwsContext,
+  addStackOptions,
+  captchaAiAccess,
+  output,
+  pipelineControl,
+  type StackOptions,
+  type ThreadgateStack,
+  withStack,
+} from '../stack.js';
+
+interface StatusOptions extends StackOptions {
+  json?: boolean;
+  watch?: boolean;
+  interval: string;
+  minutes: string;
+  count?: string;
+  outcomes: boolean;
+}
+
+export const OUTCOME_STATUSES = ['in_progress', 'submitted', 'failed', 'rejected', 'stopped'] as const;
+
+export interface StatusReport {
+  stack: string;
+  at: string;
+  pipeline: {
+    /** The mapping polls the queue. */
+    enabled: boolean;
+    mappingState: string;
+    mappingUuid: string;
+    paused: boolean;
+    reason?: string;
+    code?: string;
+    since?: string;
+    by?: string;
+  };
+  /** Solves allowed in flight: the lower of reserved concurrency and the mapping maximum. */
+  cap: number | null;
+  reservedConcurrency: number | null;
+  mappingMaximumConcurrency: number | null;
+  batchSize: number | null;
+  plan:
+    | { threads: number; workingThreads: number; reserve: number | null; targetCap: number | null }
+    | { error: string };
+  queue: { depth: number; inFlight: number; delayed: number };
+  dlq: { depth: number; inFlight: number };
+  /** Outcome rows by status (null with --no-outcomes). */
+  outcomes: Record<string, number> | null;
+  warnings: string[];
+}
+
+export function registerStatus(program: Command): void {
+  addStackOptions(
+    program
+      .command('status')
+      .description(
+        'Cap, concurrency settings, paused or running, CaptchaAI plan threads, queue/DLQ depth and outcomes by status',
+      ),
+  )
+    .option('--json', 'print the report as JSON (with --watch: one JSON object per line)')
+    .option('-w, --watch', 'refresh until interrupted and chart in flight against the cap')
+    .option('--interval <seconds>', 'seconds between refreshes with --watch', '5')
+    .option('--minutes <n>', 'minutes of history in the --watch chart', '10')
+    .option('--count <n>', 'with --watch: stop after this many refreshes')
+    .option('--no-outcomes', 'skip counting outcome rows (a full table scan)')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ threadgate status\n  $ threadgate status --json | jq .cap\n  $ threadgate status --watch --interval 10\n',
+    )
+    .action(async (options: StatusOptions) => {
+      const intervalMs = positiveNumber(options.interval, '--interval') * 1000;
+      const windowMs = positiveNumber(options.minutes, '--minutes') * 60_000;
+      const count = options.count === undefined ? undefined : positiveNumber(options.count, '--count');
+      await withStack(options, async (aws, stack) => {
+        if (!options.watch) {
+          const report = await collectStatus(aws, stack, options.outcomes);
+          process.stdout.write(options.json ? `${JSON.stringify(report, null, 2)}\n` : renderStatus(report));
+          return;
+        }
+        await watch(aws, stack, options, { intervalMs, windowMs, count });
+      });
+    });
+}
+
+function positiveNumber(raw: string, flag: string): number {
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0)
+    throw new CliError(`${flag} must be a positive number, got "${raw}"`, EXIT.usage);
+  return n;
+}
+
+export async function collectStatus(
+  aws: AwsContext,
+  stack: ThreadgateStack,
+  countOutcomes: boolean,
+): Promise<StatusReport> {
+  const control = pipelineControl(aws, stack);
+  const worker = output(stack, 'WorkerFunctionName');
+  const warnings: string[] = [];
+  const [mapping, state, reserved, queue, dlq, plan, outcomes] = await Promise.all([
+    control.readMapping(),
+    control.readState(),
+    aws.clients.lambda
+      .send(new GetFunctionConcurrencyCommand({ FunctionName: worker }))
+      .then((o) => o.ReservedConcurrentExecutions ?? null),
+    queueCounts(aws, output(stack, 'QueueUrl')),
+    queueCounts(aws, output(stack, 'DlqUrl')),
+    planStatus(aws, stack),
+    countOutcomes ? outcomesByStatus(aws, output(stack, 'TableName')) : Promise.resolve(null),
+  ]);
+  const maximum = mapping.maximumConcurrency ?? null;
+  const limits = [reserved, maximum].filter((n): n is number => n !== null);
+  const cap = limits.length ? Math.min(...limits) : null;
+  if (state.paused && mapping.enabled) {
+    warnings.push(
+      'the pipeline state says paused but the mapping is enabled; run `threadgate pause` or `threadgate resume` to make them agree',
+    );
+  }
+  if (!state.paused && !mapping.enabled) {
+    warnings.push('the mapping is disabled but no pause is recorded; `threadgate resume` enables it');
+  }
+  if (reserved === null) {
+    warnings.push(
+      'the worker has no reserved concurrency; only the mapping maximum limits in flight (account minimum of 100 unreserved?)',
+    );
+  }
+  return {
+    stack: stack.name,
+    at: new Date().toISOString(),
+    pipeline: {
+      enabled: mapping.enabled,
+      mappingState: mapping.state,
+      mappingUuid: mapping.uuid,
+      paused: state.paused,
+      reason: state.reason,
+      code: state.code,
+      since: state.since,
+      by: state.by,
+    },
+    cap,
+    reservedConcurrency: reserved,
+    mappingMaximumConcurrency: maximum,
+    batchSize: mapping.batchSize ?? null,
+    plan,
+    queue: { depth: queue.visible, inFlight: queue.notVisible, delayed: queue.delayed },
+    dlq: { depth: dlq.visible, inFlight: dlq.notVisible },
+    outcomes,
+    warnings,
+  };
+}
+
+async function queueCounts(aws: AwsContext, queueUrl: string) {
+  const out = await aws.clients.sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: [
+        'ApproximateNumberOfMessages',
+        'ApproximateNumberOfMessagesNotVisible',
+        'ApproximateNumberOfMessagesDelayed',
+      ],
+    }),
+  );
+  const a = out.Attributes ?? {};
+  return {
+    visible: Number(a.ApproximateNumberOfMessages ?? 0),
+    notVisible: Number(a.ApproximateNumberOfMessagesNotVisible ?? 0),
+    delayed: Number(a.ApproximateNumberOfMessagesDelayed ?? 0),
+  };
+}
+
+/** threadsinfo with the stored key; a failure is reported in the status, not thrown. */
+async function planStatus(aws: AwsContext, stack: ThreadgateStack): Promise<StatusReport['plan']> {
+  try {
+    const access = await captchaAiAccess(aws, stack);
+    const info = await (await access.client()).threadsInfo();
+    const reserve = await adjusterReserve(aws, stack);
+    return {
+      threads: info.threads,
+      workingThreads: info.workingThreads,
+      reserve,
+      targetCap: reserve === null ? null : Math.max(0, info.threads - reserve),
+    };
+  } catch (err) {
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+async function adjusterReserve(aws: AwsContext, stack: ThreadgateStack): Promise<number | null> {
+  const name = stack.outputs.AdjusterFunctionName;
+  if (!name) return null;
+  try {
+    const out = await aws.clients.lambda.send(new GetFunctionConfigurationCommand({ FunctionName: name }));
+    const raw = out.Environment?.Variables?.RESERVE;
+    const n = raw === undefined ? Number.NaN : Number(raw);
+    return Number.isFinite(n) ? n : null;
+  } catch {
+    return null;
+  }
+}
+
+async function outcomesByStatus(aws: AwsContext, table: string): Promise<Record<string, number>> {
+  const counts: Record<string, number> = Object.fromEntries(OUTCOME_STATUSES.map((s) => [s, 0]));
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = await aws.clients.documents.send(
+      new ScanCommand({
+        TableName: table,
+        ProjectionExpression: '#status',
+        ExpressionAttributeNames: { '#status': 'status' },
+        ExclusiveStartKey: start,
+      }),
+    );
+    for (const item of out.Items ?? []) {
+      const s = typeof item.status === 'string' ? item.status : 'unknown';
+      counts[s] = (counts[s] ?? 0) + 1;
+    }
+    start = out.LastEvaluatedKey;
+  } while (start);
+  return counts;
+}
+
+export function renderStatus(r: StatusReport): string {
+  const lines: string[] = [];
+  const p = r.pipeline;
+  const running = p.enabled && !p.paused ? 'running' : p.paused ? 'PAUSED' : 'STOPPED (mapping disabled)';
+  lines.push(`stack        ${r.stack}`);
+  lines.push(`pipeline     ${running} (mapping ${p.mappingState})`);
+  if (p.paused || p.reason) {
+    const detail = [p.code, p.by && `by ${p.by}`, p.since && `since ${p.since}`].filter(Boolean).join(', ');
+    lines.push(`  reason     ${p.reason ?? '(none recorded)'}${detail ? ` [${detail}]` : ''}`);
+  }
+  lines.push(
+    `cap          ${r.cap ?? 'none'} (reserved concurrency ${r.reservedConcurrency ?? 'none'}, mapping maximum ${
+      r.mappingMaximumConcurrency ?? 'none'
+    }, batch size ${r.batchSize ?? '?'})`,
+  );
+  if ('error' in r.plan) lines.push(`plan         unavailable: ${r.plan.error}`);
+  else {
+    const target =
+      r.plan.targetCap === null
+        ? ''
+        : `; target cap ${r.plan.threads} − reserve ${r.plan.reserve} = ${r.plan.targetCap}`;
+    lines.push(`plan         ${r.plan.threads} threads, ${r.plan.workingThreads} working${target}`);
+  }
+  lines.push(
+    `queue        ${r.queue.depth} waiting, ${r.queue.inFlight} in flight${r.queue.delayed ? `, ${r.queue.delayed} delayed` : ''}`,
+  );
+  lines.push(`dlq          ${r.dlq.depth} waiting${r.dlq.inFlight ? `, ${r.dlq.inFlight} in flight` : ''}`);
+  if (r.outcomes) {
+    const total = Object.values(r.outcomes).reduce((a, b) => a + b, 0);
+    const parts = Object.entries(r.outcomes).map(([s, n]) => `${s} ${n}`);
+    lines.push(`outcomes     ${total} rows: ${parts.join(', ')}`);
+  }
+  for (const w of r.warnings) lines.push(`warning: ${w}`);
+  return `${lines.join('\n')}\n`;
+}
+
+export interface ChartSample {
+  /** Epoch ms. */
+  at: number;
+  inFlight: number;
+  cap: number | null;
+}
+
+/**
+ * A small text chart of in flight (bars) against the cap (a line) over the last `windowMs`.
+ * Each column is one time slice; a slice shows the highest in-flight count seen in it.
+ */
+export function renderChart(
+  samples: ChartSample[],
+  o: { now: number; windowMs: number; width?: number; height?: number },
+): string {
+  const width = Math.max(10, o.width ?? 60);
+  const height = Math.max(3, o.height ?? 8);
+  const start = o.now - o.windowMs;
+  const slice = o.windowMs / width;
+  const inFlight: (number | undefined)[] = new Array(width).fill(undefined);
+  const caps: (number | undefined)[] = new Array(width).fill(undefined);
+  for (const s of samples) {
+    if (s.at < start || s.at > o.now) continue;
+    const col = Math.min(width - 1, Math.floor((s.at - start) / slice));
+    inFlight[col] = Math.max(inFlight[col] ?? 0, s.inFlight);
+    if (s.cap !== null) caps[col] = s.cap;
+  }
+  // Carry the cap forward across empty slices so the line is continuous.
+  let lastCap: number | undefined;
+  for (let c = 0; c < width; c++) {
+    if (caps[c] !== undefined) lastCap = caps[c];
+    else if (lastCap !== undefined && inFlight.slice(0, c).some((v) => v !== undefined)) caps[c] = lastCap;
+  }
+  const top = Math.max(1, ...inFlight.map((v) => v ?? 0), ...caps.map((v) => v ?? 0));
+  const rowOf = (value: number) => Math.round((value / top) * height);
+  const labelWidth = String(top).length;
+  const rows: string[] = [];
+  for (let row = height; row >= 1; row--) {
+    let line = '';
+    for (let c = 0; c < width; c++) {
+      const v = inFlight[c];
+      const cap = caps[c];
+      if (v !== undefined && rowOf(v) >= row)
+        line += cap !== undefined && v > cap && rowOf(cap) < row ? '!' : '█';
+      else if (cap !== undefined && rowOf(cap) === row) line += '─';
+      else line += ' ';
+    }
+    const half = Math.round(top / 2);
+    const label =
+      row === height ? String(top) : row === rowOf(half) && half > 0 && half < top ? String(half) : '';
+    rows.push(`${label.padStart(labelWidth)} ┤${line}`);
+  }
+  rows.push(`${'0'.padStart(labelWidth)} ┼${'─'.repeat(width)}`);
+  const minutes = Math.round(o.windowMs / 60_000);
+  rows.unshift(`in flight vs cap, last ${minutes} min (█ in flight, ─ cap, ! above cap)`);
+  return `${rows.join('\n')}\n`;
+}
+
+async function watch(
+  aws: AwsContext,
+  stack: ThreadgateStack,
+  options: StatusOptions,
+  o: { intervalMs: number; windowMs: number; count: number | undefined },
+): Promise<void> {
+  const samples: ChartSample[] = [];
+  const tty = process.stdout.isTTY === true && !options.json;
+  let stop = false;
+  const onSignal = () => {
+    stop = true;
+  };
+  process.once('SIGINT', onSignal);
+  try {
+    for (let i = 0; !stop && (o.count === undefined || i < o.count); i++) {
+      if (i > 0) await new Promise((resolve) => setTimeout(resolve, o.intervalMs));
+      if (stop) break;
+      const report = await collectStatus(aws, stack, options.outcomes);
+      const now = Date.now();
+      samples.push({
+        at: now,
+        inFlight: report.queue.inFlight,
+        cap: report.pipeline.enabled ? report.cap : 0,
+      });
+      while (samples.length && (samples[0]?.at ?? now) < now - o.windowMs) samples.shift();
+      if (options.json) {
+        process.stdout.write(`${JSON.stringify(report)}\n`);
+        continue;
+      }
+      const width = Math.max(20, Math.min(80, (process.stdout.columns ?? 80) - 10));
+      const screen = `${renderStatus(report)}\n${renderChart(samples, { now, windowMs: o.windowMs, width })}`;
+      // On a terminal redraw in place; in a pipe or log, print each refresh after the last.
+      process.stdout.write(
+        tty
+          ? `\x1b[H\x1b[2J${screen}(refresh every ${o.intervalMs / 1000}s, Ctrl-C to stop)\n`
+          : `${screen}\n`,
+      );
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * Progress for long CLI operations (enqueue, redrive), always on stderr so stdout stays data.
+ * On a terminal: one redrawn line with a bar, rate and ETA. Otherwise (pipes, CI logs): a plain
+ * line every few seconds and a final one, so logs stay readable.
+ */
+
+export interface ProgressStream {
+  write(chunk: string): unknown;
+  isTTY?: boolean;
+  columns?: number;
+}
+
+export interface ProgressOptions {
+  /** What is being counted, e.g. "enqueue". */
+  label: string;
+  /** Unit after the counts, e.g. "lines" or "messages". */
+  unit?: string;
+  /** Known total, when there is one (ETA and bar need it). */
+  total?: number;
+  stream?: ProgressStream;
+  /** Redraw in place; defaults to whether the stream is a terminal. */
+  tty?: boolean;
+  /** Milliseconds clock, for tests. */
+  now?: () => number;
+  /** Plain mode: at most one line per this many ms (default 2000). */
+  plainIntervalMs?: number;
+  /** TTY mode: at most one redraw per this many ms (default 100). */
+  ttyIntervalMs?: number;
+}
+
+export class Progress {
+  private done = 0;
+  private total: number | undefined;
+  private readonly startedAt: number;
+  private lastDrawAt = Number.NEGATIVE_INFINITY;
+  private finished = false;
+  private readonly stream: ProgressStream;
+  private readonly tty: boolean;
+  private readonly now: () => number;
+
+  constructor(private readonly options: ProgressOptions) {
+    this.stream = options.stream ?? process.stderr;
+    this.tty = options.tty ?? this.stream.isTTY === true;
+    this.now = options.now ?? (() => Date.now());
+    this.total = options.total;
+    this.startedAt = this.now();
+    // In a log, the first line waits one interval: short runs print just the final line.
+    if (!this.tty) this.lastDrawAt = this.startedAt;
+  }
+
+  setTotal(total: number | undefined): void {
+    this.total = total;
+  }
+
+  /** Count `n` more units done. */
+  tick(n = 1): void {
+    this.done += n;
+    this.maybeDraw();
+  }
+
+  /** Set the count done so far. */
+  update(done: number): void {
+    this.done = done;
+    this.maybeDraw();
+  }
+
+  /** Print a message without tearing the bar. */
+  log(line: string): void {
+    if (this.tty && !this.finished) this.stream.write('\r\x1b[2K');
+    this.stream.write(`${line}\n`);
+    if (this.tty && !this.finished) this.draw();
+  }
+
+  /** Final line; the bar stops redrawing. */
+  finish(): void {
+    if (this.finished) return;
+    this.draw(true);
+    this.finished = true;
+  }
+
+  private maybeDraw(): void {
+    if (this.finished) return;
+    const interval = this.tty ? (this.options.ttyIntervalMs ?? 100) : (this.options.plainIntervalMs ?? 2000);
+    if (this.now() - this.lastDrawAt >= interval) this.draw();
+  }
+
+  private draw(final = false): void {
+    this.lastDrawAt = this.now();
+    const snapshot: ProgressSnapshot = {
+      label: this.options.label,
+      unit: this.options.unit ?? '',
+      done: this.done,
+      total: this.total,
+      elapsedMs: this.lastDrawAt - this.startedAt,
+    };
+    if (this.tty) {
+      const width = this.stream.columns ?? 80;
+      this.stream.write(`\r\x1b[2K${renderBarLine(snapshot, width, final)}${final ? '\n' : ''}`);
+    } else {
+      this.stream.write(`${renderPlainLine(snapshot, final)}\n`);
+    }
+  }
+}
+
+export interface ProgressSnapshot {
+  label: string;
+  unit: string;
+  done: number;
+  total: number | undefined;
+  elapsedMs: number;
+}
+
+/** Units per second over the whole run (0 before any time has passed). */
+export function rateOf(s: ProgressSnapshot): number {
+  return s.elapsedMs > 0 ? (s.done * 1000) / s.elapsedMs : 0;
+}
+
+/** Milliseconds left at the current rate, when a total is known and there is a rate. */
+export function etaMs(s: ProgressSnapshot): number | undefined {
+  const rate = rateOf(s);
+  if (s.total === undefined || rate <= 0) return undefined;
+  return (Math.max(0, s.total - s.done) / rate) * 1000;
+}
+
+/** `1:05`, `12:00`, `1:02:03`. */
+export function formatDuration(ms: number): string {
+  const totalSeconds = Math.max(0, Math.round(ms / 1000));
+  const h = Math.floor(totalSeconds / 3600);
+  const m = Math.floor((totalSeconds % 3600) / 60);
+  const s = totalSeconds % 60;
+  const ss = String(s).padStart(2, '0');
+  return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${ss}` : `${m}:${ss}`;
+}
+
+function formatRate(rate: number): string {
+  return rate >= 100 ? rate.toFixed(0) : rate.toFixed(1);
+}
+
+function counts(s: ProgressSnapshot): string {
+  const unit = s.unit ? ` ${s.unit}` : '';
+  return s.total === undefined ? `${s.done}${unit}` : `${s.done}/${s.total}${unit}`;
+}
+
+export function renderPlainLine(s: ProgressSnapshot, final = false): string {
+  const parts = [`${s.label}: ${counts(s)}`];
+  if (s.total !== undefined && s.total > 0) parts.push(`${Math.floor((100 * s.done) / s.total)}%`);
+  parts.push(`${formatRate(rateOf(s))}/s`);
+  if (final) parts.push(`in ${formatDuration(s.elapsedMs)}`);
+  else {
+    const eta = etaMs(s);
+    if (eta !== undefined) parts.push(`ETA ${formatDuration(eta)}`);
+  }
+  return parts.join(' ');
+}
+
+export function renderBarLine(s: ProgressSnapshot, columns: number, final = false): string {
+  const eta = etaMs(s);
+  const when = final
+    ? ` in ${formatDuration(s.elapsedMs)}`
+    : eta === undefined
+      ? ''
+      : ` ETA ${formatDuration(eta)}`;
+  const tail = ` ${counts(s)} ${formatRate(rateOf(s))}/s${when}`;
+  if (s.total === undefined || s.total <= 0) return `${s.label}:${tail}`;
+  const fraction = Math.min(1, s.done / s.total);
+  const pct = `${String(Math.floor(fraction * 100)).padStart(3)}%`;
+  const barWidth = Math.max(10, Math.min(40, columns - s.label.length - tail.length - pct.length - 6));
+  const filled = Math.round(fraction * barWidth);
+  return `${s.label} [${'#'.repeat(filled)}${'-'.repeat(barWidth - filled)}] ${pct}${tail}`;
+}

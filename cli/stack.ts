@@ -1,0 +1,367 @@
+import { CloudFormationClient, DescribeStacksCommand, type Stack } from '@aws-sdk/client-cloudformation';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { GetFunctionConfigurationCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import type { Command } from 'commander';
+import { CaptchaAiClient, DEFAULT_BASE_URL } from '../functions/shared/captchaai/client.js';
+import { PipelineControl } from '../functions/shared/pipeline-control.js';
+import { getApiKey } from '../functions/shared/secret.js';
+import { CliError, EXIT } from './exit-codes.js';
+
+/**
+ * How the CLI finds a deployed threadgate: the CloudFormation outputs of one stack (named by
+ * `--stack`, THREADGATE_STACK, or `Threadgate`), read through AWS SDK clients that honour
+ * AWS_ENDPOINT_URL (AWS, LocalStack and the moto-based local stack alike), the region and the
+ * usual credential chain. AWS failures become CliErrors that say what to do next.
+ */
+
+// The CLI runs on the project's supported Node 20; the SDK's notice about future versions
+// would otherwise end up in every command's stderr.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+export const DEFAULT_STACK = 'Threadgate';
+
+/** The stack outputs, exactly as the CDK stack names them. */
+export const OUTPUT_KEYS = [
+  'QueueUrl',
+  'QueueArn',
+  'DlqUrl',
+  'TableName',
+  'WorkerFunctionName',
+  'AdjusterFunctionName',
+  'MappingUuid',
+  'PipelineStateParameter',
+  'AdjusterRuleName',
+  'SecretName',
+] as const;
+export type OutputKey = (typeof OUTPUT_KEYS)[number];
+
+/** Options every stack-backed command takes. */
+export interface StackOptions {
+  stack?: string;
+  region?: string;
+  endpointUrl?: string;
+}
+
+export function addStackOptions(command: Command): Command {
+  return command
+    .option('--stack <name>', `the deployed stack to use (default: $THREADGATE_STACK or ${DEFAULT_STACK})`)
+    .option('--region <region>', 'AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION)')
+    .option(
+      '--endpoint-url <url>',
+      'AWS endpoint, for LocalStack or the local stack (default: $AWS_ENDPOINT_URL)',
+    );
+}
+
+export interface AwsClients {
+  cloudFormation: CloudFormationClient;
+  sqs: SQSClient;
+  lambda: LambdaClient;
+  ssm: SSMClient;
+  dynamodb: DynamoDBClient;
+  documents: DynamoDBDocumentClient;
+  secrets: SecretsManagerClient;
+}
+
+export interface AwsContext {
+  region: string;
+  /** The custom endpoint, when one is configured (undefined = AWS itself). */
+  endpoint: string | undefined;
+  /** Where the endpoint came from, for error messages. */
+  endpointSource: string | undefined;
+  clients: AwsClients;
+}
+
+type ServiceId = 'CLOUDFORMATION' | 'SQS' | 'LAMBDA' | 'SSM' | 'DYNAMODB' | 'SECRETS_MANAGER';
+
+/** Builds SDK clients once per command run. */
+export async function awsContext(
+  options: StackOptions = {},
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<AwsContext> {
+  const region = options.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? (await profileRegion());
+  if (!region) {
+    throw new CliError(
+      'no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or pass --region, e.g. --region us-east-1',
+      EXIT.usage,
+    );
+  }
+  const endpointFor = (service: ServiceId): string | undefined =>
+    options.endpointUrl ?? env[`AWS_ENDPOINT_URL_${service}`] ?? env.AWS_ENDPOINT_URL;
+  const endpoint = options.endpointUrl ?? env.AWS_ENDPOINT_URL;
+  const endpointSource = options.endpointUrl
+    ? '--endpoint-url'
+    : env.AWS_ENDPOINT_URL
+      ? 'AWS_ENDPOINT_URL'
+      : undefined;
+  const base = (service: ServiceId) => {
+    const serviceEndpoint = endpointFor(service);
+    return {
+      region,
+      // Passing the endpoint explicitly (not only through the environment) matters for SQS:
+      // without it the client sends to the host in the QueueUrl, which may be AWS itself.
+      ...(serviceEndpoint ? { endpoint: serviceEndpoint } : {}),
+      maxAttempts: 3,
+      requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
+    };
+  };
+  const dynamodb = new DynamoDBClient(base('DYNAMODB'));
+  return {
+    region,
+    endpoint,
+    endpointSource,
+    clients: {
+      cloudFormation: new CloudFormationClient(base('CLOUDFORMATION')),
+      sqs: new SQSClient({ ...base('SQS'), useQueueUrlAsEndpoint: false }),
+      lambda: new LambdaClient(base('LAMBDA')),
+      ssm: new SSMClient(base('SSM')),
+      dynamodb,
+      documents: DynamoDBDocumentClient.from(dynamodb),
+      secrets: new SecretsManagerClient(base('SECRETS_MANAGER')),
+    },
+  };
+}
+
+/** The region of the active profile (~/.aws/config), as the SDK would find it; undefined if none. */
+async function profileRegion(): Promise<string | undefined> {
+  try {
+    return await new CloudFormationClient({}).config.region();
+  } catch {
+    return undefined;
+  }
+}
+
+export interface ThreadgateStack {
+  name: string;
+  status: string;
+  outputs: Partial<Record<OutputKey, string>> & Record<string, string>;
+}
+
+export function stackName(options: StackOptions, env: NodeJS.ProcessEnv = process.env): string {
+  return options.stack ?? env.THREADGATE_STACK ?? DEFAULT_STACK;
+}
+
+function where(aws: AwsContext): string {
+  return aws.endpoint ? `at ${aws.endpoint} (${aws.endpointSource})` : `in AWS region ${aws.region}`;
+}
+
+/** Reads the stack's outputs; a missing stack is an error that says how to deploy or which name to pass. */
+export async function findStack(aws: AwsContext, name: string): Promise<ThreadgateStack> {
+  let stack: Stack | undefined;
+  try {
+    const out = await aws.clients.cloudFormation.send(new DescribeStacksCommand({ StackName: name }));
+    stack = out.Stacks?.[0];
+  } catch (err) {
+    if (!isStackMissing(err)) throw explainAwsError(err, aws);
+  }
+  if (!stack) {
+    const others = await threadgateStacksHere(aws).catch(() => []);
+    const hint = others.length
+      ? ` Threadgate stacks found there: ${others.join(', ')} — pass one with --stack NAME or set THREADGATE_STACK.`
+      : ' Deploy it with `npx cdk deploy` (AWS) or start the local stack with `npm run local`, or pass the deployed name with --stack NAME (or THREADGATE_STACK).';
+    throw new CliError(`no stack named "${name}" ${where(aws)}.${hint}`, EXIT.failure);
+  }
+  const outputs: Record<string, string> = {};
+  for (const o of stack.Outputs ?? []) {
+    if (o.OutputKey && o.OutputValue !== undefined) outputs[o.OutputKey] = o.OutputValue;
+  }
+  return { name, status: stack.StackStatus ?? 'UNKNOWN', outputs };
+}
+
+/** The value of one output, or an error naming the output and the stack. */
+export function output(stack: ThreadgateStack, key: OutputKey): string {
+  const value = stack.outputs[key];
+  if (!value) {
+    throw new CliError(
+      `stack "${stack.name}" (${stack.status}) has no output ${key}; is it a threadgate stack, and did its deploy finish? ` +
+        'Redeploy it, or pass the right one with --stack NAME.',
+      EXIT.failure,
+    );
+  }
+  return value;
+}
+
+async function threadgateStacksHere(aws: AwsContext): Promise<string[]> {
+  const names: string[] = [];
+  let token: string | undefined;
+  do {
+    const out = await aws.clients.cloudFormation.send(new DescribeStacksCommand({ NextToken: token }));
+    for (const s of out.Stacks ?? []) {
+      const keys = new Set((s.Outputs ?? []).map((o) => o.OutputKey));
+      if (keys.has('QueueUrl') && keys.has('PipelineStateParameter') && s.StackName) names.push(s.StackName);
+    }
+    token = out.NextToken;
+  } while (token && names.length < 20);
+  return names;
+}
+
+function isStackMissing(err: unknown): boolean {
+  const e = err as { name?: string; message?: string };
+  return (
+    (e.name === 'ValidationError' || e.name === 'ValidationException') &&
+    /does not exist/i.test(e.message ?? '')
+  );
+}
+
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+]);
+
+/**
+ * Turns an AWS SDK failure into an operator-facing CliError (no credentials, endpoint
+ * unreachable, credentials rejected, endpoint not speaking AWS). Anything else keeps the
+ * service's own message, prefixed with the error name.
+ */
+export function explainAwsError(err: unknown, aws: AwsContext): CliError {
+  if (err instanceof CliError) return err;
+  const e = err as {
+    name?: string;
+    code?: string;
+    message?: string;
+    $metadata?: { httpStatusCode?: number };
+    cause?: { code?: string };
+  };
+  const name = e.name ?? 'Error';
+  const message = e.message ?? String(err);
+  const code = e.code ?? e.cause?.code;
+  if (name === 'CredentialsProviderError' || /Could not load credentials/i.test(message)) {
+    return new CliError(
+      'no AWS credentials found: set AWS_PROFILE (and run `aws sso login` if it uses SSO) or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. ' +
+        'For LocalStack or the local stack any non-empty values work, e.g. AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing.',
+      EXIT.failure,
+      { cause: err },
+    );
+  }
+  if ((code && NETWORK_CODES.has(code)) || name === 'TimeoutError' || /socket hang up/i.test(message)) {
+    const target = aws.endpoint
+      ? `the AWS endpoint ${aws.endpoint} (from ${aws.endpointSource})`
+      : `AWS in region ${aws.region}`;
+    const next = aws.endpoint
+      ? 'Is the emulator running (start the local stack with `npm run local`), and is the port right? Unset AWS_ENDPOINT_URL to use AWS itself.'
+      : 'Check the network, proxy settings and the region.';
+    return new CliError(`cannot reach ${target}: ${code ?? name}. ${next}`, EXIT.transient, { cause: err });
+  }
+  if (
+    [
+      'ExpiredToken',
+      'ExpiredTokenException',
+      'InvalidClientTokenId',
+      'UnrecognizedClientException',
+      'SignatureDoesNotMatch',
+      'InvalidSignatureException',
+    ].includes(name)
+  ) {
+    return new CliError(
+      `AWS rejected the credentials (${name}): refresh them (e.g. \`aws sso login\`) or check AWS_PROFILE / AWS_ACCESS_KEY_ID.`,
+      EXIT.failure,
+      { cause: err },
+    );
+  }
+  if (name === 'AccessDeniedException' || name === 'AccessDenied') {
+    return new CliError(
+      `AWS denied the request (${message}); the CLI's identity needs access to the stack's queue, table, mapping, parameter and secret.`,
+      EXIT.failure,
+      { cause: err },
+    );
+  }
+  if (/Deserialization error|XML parse error|is not valid JSON/i.test(message)) {
+    return new CliError(
+      `${aws.endpoint ?? 'the AWS endpoint'} answered something that is not an AWS response (HTTP ${
+        e.$metadata?.httpStatusCode ?? '?'
+      }); is ${aws.endpointSource ?? 'the endpoint'} pointing at the emulator, and does it support this operation?`,
+      EXIT.failure,
+      { cause: err },
+    );
+  }
+  return new CliError(`${name}: ${message}`, EXIT.failure, { cause: err });
+}
+
+/**
+ * Runs a stack-backed command body: builds the clients, finds the stack, and turns any AWS
+ * failure into an error that says what to do next.
+ */
+export async function withStack<T>(
+  options: StackOptions,
+  body: (aws: AwsContext, stack: ThreadgateStack) => Promise<T>,
+): Promise<T> {
+  const aws = await awsContext(options);
+  try {
+    const stack = await findStack(aws, stackName(options));
+    return await body(aws, stack);
+  } catch (err) {
+    throw explainAwsError(err, aws);
+  }
+}
+
+/** PipelineControl bound to the stack's worker, queue and state parameter. */
+export function pipelineControl(aws: AwsContext, stack: ThreadgateStack): PipelineControl {
+  return new PipelineControl({
+    lambda: aws.clients.lambda,
+    ssm: aws.clients.ssm,
+    stateParameterName: output(stack, 'PipelineStateParameter'),
+    workerFunctionName: output(stack, 'WorkerFunctionName'),
+    queueArn: output(stack, 'QueueArn'),
+  });
+}
+
+/** Default name of the API-key secret (the CDK context `secretName`). */
+export const DEFAULT_SECRET_NAME = 'threadgate/captchaai-api-key';
+
+/** The worker's environment variables, or {} when they cannot be read. */
+export async function workerEnvironment(
+  aws: AwsContext,
+  stack: ThreadgateStack,
+): Promise<Record<string, string>> {
+  const name = stack.outputs.WorkerFunctionName;
+  if (!name) return {};
+  const out = await aws.clients.lambda.send(new GetFunctionConfigurationCommand({ FunctionName: name }));
+  return out.Environment?.Variables ?? {};
+}
+
+export interface CaptchaAiAccess {
+  /** CAPTCHAAI_URL from the CLI's environment, else the worker's, else CaptchaAI itself. */
+  baseUrl: string;
+  secretName: string;
+  /** Builds the client; reads the key from Secrets Manager (never printed). */
+  client(): Promise<CaptchaAiClient>;
+}
+
+/** How the CLI talks to CaptchaAI for this stack: the worker's URL and the stack's API-key secret. */
+export async function captchaAiAccess(
+  aws: AwsContext,
+  stack: ThreadgateStack,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<CaptchaAiAccess> {
+  const workerEnv = await workerEnvironment(aws, stack).catch(() => ({}) as Record<string, string>);
+  const baseUrl = env.CAPTCHAAI_URL ?? workerEnv.CAPTCHAAI_URL ?? DEFAULT_BASE_URL;
+  const secretName = stack.outputs.SecretName ?? workerEnv.CAPTCHAAI_SECRET_NAME ?? DEFAULT_SECRET_NAME;
+  return {
+    baseUrl,
+    secretName,
+    async client() {
+      let apiKey: string;
+      try {
+        apiKey = await getApiKey(aws.clients.secrets, secretName);
+      } catch (err) {
+        if ((err as { name?: string }).name === 'ResourceNotFoundException') {
+          throw new CliError(
+            `the API-key secret "${secretName}" does not exist ${where(aws)}; store the key with \`threadgate secret set\` (it reads the key from standard input).`,
+            EXIT.failure,
+            { cause: err },
+          );
+        }
+        throw explainAwsError(err, aws);
+      }
+      return new CaptchaAiClient({ apiKey, baseUrl, timings: { httpTimeoutMs: 15_000 } });
+    },
+  };
+}

@@ -1,0 +1,115 @@
+import { createServer } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MotoServer, startMoto } from '../local/moto.js';
+import { cliEnv, createStack, runCli, STACK_NAME } from './cli-fixture.js';
+
+let moto: MotoServer;
+
+/** A loopback port nothing listens on: bind an ephemeral one, then close it. */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+beforeAll(async () => {
+  moto = await startMoto();
+});
+
+afterAll(async () => {
+  await moto?.stop();
+});
+
+describe('finding the stack', () => {
+  it('says how to deploy when no stack is there at all', async () => {
+    // Act
+    const run = await runCli(['status'], { env: cliEnv(moto) });
+
+    // Assess
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(`no stack named "${STACK_NAME}" at ${moto.endpoint} (AWS_ENDPOINT_URL)`);
+    expect(run.stderr).toContain('npx cdk deploy');
+    expect(run.stderr).toContain('--stack NAME');
+  });
+
+  it('names the threadgate stacks that are there when --stack names another', async () => {
+    // Prepare
+    await createStack(moto);
+
+    // Act
+    const run = await runCli(['outcomes', '--stack', 'Elsewhere'], { env: cliEnv(moto) });
+
+    // Assess
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('no stack named "Elsewhere"');
+    expect(run.stderr).toContain(`Threadgate stacks found there: ${STACK_NAME}`);
+  });
+
+  it('takes the endpoint from --endpoint-url and the stack from --stack', async () => {
+    // Prepare
+    const env = cliEnv(moto);
+    delete env.AWS_ENDPOINT_URL;
+    delete env.THREADGATE_STACK;
+
+    // Act
+    const run = await runCli(
+      ['status', '--json', '--no-outcomes', '--endpoint-url', moto.endpoint, '--stack', STACK_NAME],
+      { env },
+    );
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout).stack).toBe(STACK_NAME);
+  });
+});
+
+describe('AWS errors that say what to do next', () => {
+  it('names the endpoint it cannot reach', async () => {
+    // Prepare
+    const endpoint = `http://localhost:${await closedPort()}`;
+
+    // Act
+    const run = await runCli(['pause'], { env: cliEnv(moto, { AWS_ENDPOINT_URL: endpoint }) });
+
+    // Assess
+    expect(run.code).toBe(4);
+    expect(run.stderr).toContain(`cannot reach the AWS endpoint ${endpoint} (from AWS_ENDPOINT_URL)`);
+    expect(run.stderr).toContain('npm run local');
+  });
+
+  it('says how to provide credentials when there are none', async () => {
+    // Prepare: no keys, no profile files, no instance metadata.
+    const env = cliEnv(moto, {
+      AWS_CONFIG_FILE: '/nonexistent/threadgate/config',
+      AWS_SHARED_CREDENTIALS_FILE: '/nonexistent/threadgate/credentials',
+      AWS_EC2_METADATA_DISABLED: 'true',
+    });
+    delete env.AWS_ACCESS_KEY_ID;
+    delete env.AWS_SECRET_ACCESS_KEY;
+
+    // Act
+    const run = await runCli(['status'], { env });
+
+    // Assess
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('no AWS credentials found');
+    expect(run.stderr).toContain('AWS_ACCESS_KEY_ID');
+  });
+
+  it('asks for a region when none is set', async () => {
+    // Prepare
+    const env = cliEnv(moto, { AWS_CONFIG_FILE: '/nonexistent/threadgate/config' });
+    delete env.AWS_REGION;
+    delete env.AWS_DEFAULT_REGION;
+
+    // Act
+    const run = await runCli(['redrive'], { env });
+
+    // Assess
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('no AWS region: set AWS_REGION');
+  });
+});
