@@ -73,6 +73,11 @@ describe('threadgate status', () => {
     const report = JSON.parse(run.stdout);
     expect(report).toMatchObject({
       stack: 'ThreadgateCliTest',
+      resources: {
+        queueUrl: stack.outputs.QueueUrl,
+        dlqUrl: stack.outputs.DlqUrl,
+        tableName: stack.outputs.TableName,
+      },
       pipeline: { enabled: true, mappingState: 'Enabled', paused: false },
       cap: 6,
       reservedConcurrency: 6,

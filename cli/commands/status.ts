@@ -28,6 +28,8 @@ export const OUTCOME_STATUSES = ['in_progress', 'submitted', 'failed', 'rejected
 export interface StatusReport {
   stack: string;
   at: string;
+  /** Where producers send and read: the stack's queue, DLQ and table. */
+  resources: { queueUrl: string; dlqUrl: string; tableName: string };
   pipeline: {
     /** The mapping polls the queue. */
     enabled: boolean;
@@ -132,6 +134,11 @@ export async function collectStatus(
   return {
     stack: stack.name,
     at: new Date().toISOString(),
+    resources: {
+      queueUrl: output(stack, 'QueueUrl'),
+      dlqUrl: output(stack, 'DlqUrl'),
+      tableName: output(stack, 'TableName'),
+    },
     pipeline: {
       enabled: mapping.enabled,
       mappingState: mapping.state,
