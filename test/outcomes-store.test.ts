@@ -1,7 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OutcomesStore } from '../functions/shared/outcomes-store.js';
-import { type MotoServer, startMoto } from '../local/moto.js';
-import { type AwsClients, clientsFor, createOutcomeTable } from './fixtures/aws.js';
+import type { MotoServer } from '../local/moto.js';
+import {
+  type AwsClients,
+  clientsFor,
+  createOutcomeTable,
+  startMotoWithAtomicWrites,
+} from './fixtures/aws.js';
 
 let moto: MotoServer;
 let clients: AwsClients;
@@ -12,7 +17,7 @@ let next = 0;
 const key = () => `rec-${++next}`;
 
 beforeAll(async () => {
-  moto = await startMoto();
+  moto = await startMotoWithAtomicWrites();
   clients = clientsFor(moto);
   tableName = 'outcomes-store-test';
   await createOutcomeTable(clients.ddb, tableName);
@@ -38,6 +43,15 @@ describe('outcomes store (moto DynamoDB)', () => {
       lease_expires_at: clock + 60_000,
       captcha_type: 'recaptcha_v2',
     });
+  });
+
+  it('lets exactly one of 5 concurrent claims of a record win', async () => {
+    const k = key();
+    const results = await Promise.all(
+      ['a', 'b', 'c', 'd', 'e'].map((owner) => store.claim(k, { owner, ...lease })),
+    );
+    expect(results.filter((r) => r.claimed)).toHaveLength(1);
+    expect(results.filter((r) => !r.claimed && r.why === 'leased')).toHaveLength(4);
   });
 
   it('refuses a second claim while the lease is live and says it is leased', async () => {
