@@ -63,7 +63,8 @@ export class BundledFunction extends Construct {
       role: this.role,
       logGroup: this.logGroup,
       reservedConcurrentExecutions: props.reservedConcurrentExecutions,
-      environment: props.environment,
+      // Stack traces point into the TypeScript sources through the bundled source maps.
+      environment: { ...props.environment, NODE_OPTIONS: '--enable-source-maps' },
       bundling: {
         externalModules: [],
         format: nodejs.OutputFormat.CJS,

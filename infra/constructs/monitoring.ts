@@ -7,8 +7,8 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { METRICS_NAMESPACE } from './worker.js';
 
-/** Outcome statuses the worker counts in the `Outcome` metric (dimension `status`). */
-export const OUTCOME_STATUSES = ['submitted', 'failed', 'rejected', 'stopped'] as const;
+/** The worker's outcome counter (dimension `status`: outcome statuses plus `dlq`, `lost_claim`). */
+export const OUTCOMES_METRIC = 'Outcomes';
 
 export interface MonitoringProps {
   readonly stackName: string;
@@ -44,6 +44,14 @@ export class Monitoring extends Construct {
         metricName,
         dimensionsMap: { service: props.stackName, ...extra },
         statistic,
+        period: minute,
+      });
+
+    const byDimension = (metricName: string, dimension: string, label: string) =>
+      new cloudwatch.MathExpression({
+        expression: `SEARCH('{${METRICS_NAMESPACE},service,${dimension}} MetricName="${metricName}" service="${props.stackName}"', 'Sum', 60)`,
+        label,
+        usingMetrics: {},
         period: minute,
       });
 
@@ -158,14 +166,15 @@ export class Monitoring extends Construct {
         title: 'Outcomes by status',
         width: 12,
         stacked: true,
-        left: OUTCOME_STATUSES.map((status) => custom('Outcome', 'Sum', { status }).with({ label: status })),
+        // A search: every status the worker reports shows up without listing them here.
+        left: [byDimension(OUTCOMES_METRIC, 'status', 'Outcomes by status')],
       }),
       new cloudwatch.GraphWidget({
         title: 'Solves',
         width: 12,
         left: [
           custom('Solves', 'Sum').with({ label: 'Solves' }),
-          custom('ClaimConflicts', 'Sum').with({ label: 'Claim conflicts (duplicates skipped)' }),
+          byDimension('ClaimConflicts', 'reason', 'Claim conflicts (duplicates skipped)'),
           custom('StopEvents', 'Sum').with({ label: 'Stop-class events' }),
         ],
         right: [

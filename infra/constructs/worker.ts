@@ -81,10 +81,10 @@ export class Worker extends Construct {
 
     // Stop-class records go to the DLQ with their reason, written by the worker itself.
     props.dlq.grantSendMessages(this.role);
-    // Claims and outcomes: conditional put/update and a read of the existing row.
+    // Claims and outcomes: conditional updates (which create the row) and a read of an existing row.
     iam.Grant.addToPrincipal({
       grantee: this.role,
-      actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem'],
+      actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
       resourceArns: [props.table.tableArn],
     });
     props.pipelineState.grantReadWrite(this.role);
