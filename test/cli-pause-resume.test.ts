@@ -134,6 +134,20 @@ describe('threadgate resume', () => {
     expect(await recordedState()).toMatchObject({ paused: false, reason: 'resumed by operator (forced)' });
   });
 
+  it('leaves a running pipeline alone and says there is nothing to resume', async () => {
+    // Prepare
+    await runCli(['resume', '--force'], { env: cliEnv(stack.moto) });
+    const before = await recordedState();
+
+    // Act
+    const run = await runCli(['resume'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('is not paused');
+    expect(await recordedState()).toEqual(before);
+  });
+
   it('shows examples in --help', async () => {
     // Act
     const pause = await runCli(['pause', '--help'], { env: cliEnv(undefined) });

@@ -30,6 +30,18 @@ export function registerResume(program: Command): void {
     .action(async (options: ResumeOptions) => {
       await withStack(options, async (aws, stack) => {
         const control = pipelineControl(aws, stack);
+        const [before, mappingBefore] = await Promise.all([control.readState(), control.readMapping()]);
+        if (!before.paused && mappingBefore.enabled) {
+          if (options.json) {
+            process.stdout.write(
+              `${JSON.stringify({ stack: stack.name, ...before, mapping: { uuid: mappingBefore.uuid, state: mappingBefore.state } }, null, 2)}\n`,
+            );
+          } else
+            process.stdout.write(
+              `${stack.name} is not paused (mapping ${mappingBefore.state}); nothing to resume\n`,
+            );
+          return;
+        }
         let plan: { threads: number; workingThreads: number } | undefined;
         if (!options.force) {
           const access = await captchaAiAccess(aws, stack);

@@ -334,13 +334,24 @@ async function watch(
   const samples: ChartSample[] = [];
   const tty = process.stdout.isTTY === true && !options.json;
   let stop = false;
+  let wake: (() => void) | undefined;
   const onSignal = () => {
     stop = true;
+    wake?.();
   };
   process.once('SIGINT', onSignal);
   try {
     for (let i = 0; !stop && (o.count === undefined || i < o.count); i++) {
-      if (i > 0) await new Promise((resolve) => setTimeout(resolve, o.intervalMs));
+      if (i > 0) {
+        // Ctrl-C ends the wait at once rather than after the interval.
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, o.intervalMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
       if (stop) break;
       const report = await collectStatus(aws, stack, options.outcomes);
       const now = Date.now();
