@@ -18,7 +18,11 @@ const MAX_BODY_BYTES = 2 * 1024 * 1024;
 export interface TargetSessionOptions {
   allowlist: Allowlist;
   resolver: Resolver;
-  /** Timeout of each HTTP exchange (request, headers and body). */
+  /**
+   * Timeout of the page load (all its redirect hops together) and, separately, of the POST,
+   * so the target takes at most 2 × timeoutMs of an invocation (the stack sizes the function
+   * timeout on that).
+   */
   timeoutMs: number;
   maxRedirects?: number;
   /** Shared connection pool; see createTargetAgent. A fresh one per session when omitted. */
@@ -61,8 +65,9 @@ export class TargetSession {
    */
   async load(pageurl: string): Promise<PageLoad> {
     let url = new URL(pageurl);
+    const deadline = AbortSignal.timeout(this.options.timeoutMs);
     for (let redirects = 0; ; redirects++) {
-      const res = await this.exchange(url, { method: 'GET' });
+      const res = await this.exchange(url, { method: 'GET' }, deadline);
       const location = res.headers.get('location');
       if (res.status >= 300 && res.status < 400 && location) {
         if (redirects >= this.maxRedirects) {
@@ -90,24 +95,29 @@ export class TargetSession {
    * the POST's own status is the outcome (2xx/3xx = submitted).
    */
   async submit(submitUrl: string, fields: Record<string, string>): Promise<{ status: number }> {
-    const res = await this.exchange(new URL(submitUrl), {
-      method: 'POST',
-      body: new URLSearchParams(fields).toString(),
-      contentType: 'application/x-www-form-urlencoded',
-    });
+    const res = await this.exchange(
+      new URL(submitUrl),
+      {
+        method: 'POST',
+        body: new URLSearchParams(fields).toString(),
+        contentType: 'application/x-www-form-urlencoded',
+      },
+      AbortSignal.timeout(this.options.timeoutMs),
+    );
     return { status: res.status };
   }
 
   private async exchange(
     url: URL,
     request: { method: 'GET' | 'POST'; body?: string; contentType?: string },
+    deadline: AbortSignal,
   ): Promise<{ status: number; headers: Headers }> {
     await checkTargetUrl(url, this.options.allowlist, this.options.resolver);
     const headers: Record<string, string> = { accept: 'text/html,*/*;q=0.8' };
     const cookie = await this.jar.getCookieString(url.href);
     if (cookie) headers.cookie = cookie;
     if (request.contentType) headers['content-type'] = request.contentType;
-    const signals = [AbortSignal.timeout(this.options.timeoutMs)];
+    const signals = [deadline];
     if (this.options.signal) signals.push(this.options.signal);
     try {
       const res = await undiciFetch(url, {
