@@ -1,5 +1,4 @@
-import { DescribeTableCommand } from '@aws-sdk/client-dynamodb';
-import { QueryCommand, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { ScanCommand } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
@@ -104,8 +103,8 @@ export function parseSince(raw: string, now: Date): string {
 type Row = Record<string, unknown>;
 
 /**
- * Every matching row, page by page. With --status, a global secondary index whose partition
- * key is `status` is queried when the table has one; otherwise the table is scanned.
+ * Every matching row, page by page (Scan with the filters as a FilterExpression: the table's
+ * only key is record_key, so there is nothing narrower to query).
  */
 async function* outcomeRows(
   aws: AwsContext,
@@ -116,55 +115,32 @@ async function* outcomeRows(
   OUTCOME_COLUMNS.forEach((c, i) => {
     names[`#c${i}`] = c;
   });
-  const projection = Object.keys(names).join(', ');
-  const statusName = `#c${OUTCOME_COLUMNS.indexOf('status')}`;
-  const updatedName = `#c${OUTCOME_COLUMNS.indexOf('updated_at')}`;
   const values: Record<string, unknown> = {};
   const conditions: string[] = [];
-  const index = filter.status ? await statusIndex(aws, table) : undefined;
-  if (filter.status) values[':status'] = filter.status;
-  if (filter.status && !index) conditions.push(`${statusName} = :status`);
+  if (filter.status) {
+    values[':status'] = filter.status;
+    conditions.push(`#c${OUTCOME_COLUMNS.indexOf('status')} = :status`);
+  }
   if (filter.since) {
     values[':since'] = filter.since;
-    conditions.push(`${updatedName} >= :since`);
+    conditions.push(`#c${OUTCOME_COLUMNS.indexOf('updated_at')} >= :since`);
   }
-  const common = {
-    TableName: table,
-    ProjectionExpression: projection,
-    ExpressionAttributeNames: names,
-    ...(Object.keys(values).length ? { ExpressionAttributeValues: values } : {}),
-    ...(conditions.length ? { FilterExpression: conditions.join(' AND ') } : {}),
-  };
   let start: Record<string, unknown> | undefined;
   do {
-    const out = index
-      ? await aws.clients.documents.send(
-          new QueryCommand({
-            ...common,
-            IndexName: index,
-            KeyConditionExpression: `${statusName} = :status`,
-            ExclusiveStartKey: start,
-          }),
-        )
-      : await aws.clients.documents.send(new ScanCommand({ ...common, ExclusiveStartKey: start }));
+    const out = await aws.clients.documents.send(
+      new ScanCommand({
+        TableName: table,
+        ProjectionExpression: Object.keys(names).join(', '),
+        ExpressionAttributeNames: names,
+        ...(conditions.length
+          ? { FilterExpression: conditions.join(' AND '), ExpressionAttributeValues: values }
+          : {}),
+        ExclusiveStartKey: start,
+      }),
+    );
     for (const item of out.Items ?? []) yield item;
     start = out.LastEvaluatedKey;
   } while (start);
-}
-
-/** The name of an index keyed by `status` that projects every column, if the table has one. */
-async function statusIndex(aws: AwsContext, table: string): Promise<string | undefined> {
-  try {
-    const out = await aws.clients.dynamodb.send(new DescribeTableCommand({ TableName: table }));
-    const index = out.Table?.GlobalSecondaryIndexes?.find(
-      (i) =>
-        i.KeySchema?.some((k) => k.KeyType === 'HASH' && k.AttributeName === 'status') &&
-        i.Projection?.ProjectionType === 'ALL',
-    );
-    return index?.IndexName;
-  } catch {
-    return undefined; // no DescribeTable permission: scanning works too
-  }
 }
 
 /** Keeps only the known columns, in their order. */
