@@ -530,6 +530,10 @@ let moduleDeps: WorkerDeps | undefined;
 export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
   moduleDeps ??= createWorkerDeps(readWorkerConfig(process.env));
   const deps = moduleDeps;
+  if (!Array.isArray(event?.Records)) {
+    // Not an SQS event: a wiring mistake, not a record problem. Fail loudly.
+    throw new TypeError('the worker expects an SQS event with a Records array');
+  }
   if (context) deps.logger.addContext(context);
   const controller = new AbortController();
   const remaining = context?.getRemainingTimeInMillis?.();

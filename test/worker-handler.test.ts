@@ -93,4 +93,9 @@ describe('worker handler (the Lambda entry point)', () => {
     ).toBe(true);
     expect(logs.text()).not.toContain(TEST_API_KEY);
   });
+
+  it('refuses an event that is not an SQS event', async () => {
+    const { handler } = await import('../functions/worker.js');
+    await expect(handler({} as never, lambdaContext(60_000))).rejects.toThrow(/SQS event/);
+  });
 });
