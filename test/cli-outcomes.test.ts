@@ -9,7 +9,11 @@ const NOW = Date.now();
 const iso = (hoursAgo: number) => new Date(NOW - hoursAgo * 3_600_000).toISOString();
 const STATUSES = ['submitted', 'failed', 'rejected', 'stopped', 'in_progress'] as const;
 
-/** 130 rows, one hour apart, every status. */
+/**
+ * 130 rows, one hour apart, every status. Each carries a 12 KB column that is not an outcome
+ * column: it must never be exported, and it makes the table larger than one 1 MB Scan page,
+ * so reading all rows needs the pagination.
+ */
 const ROWS = Array.from({ length: 130 }, (_, i) => ({
   record_key: `rec-${String(i).padStart(3, '0')}`,
   status: STATUSES[i % STATUSES.length],
@@ -20,8 +24,7 @@ const ROWS = Array.from({ length: 130 }, (_, i) => ({
   solve_ms: 21_000 + i,
   created_at: iso(i),
   updated_at: iso(i),
-  // Not an outcome column: must never be exported.
-  debug_blob: 'UNEXPORTED-COLUMN-VALUE',
+  debug_blob: `UNEXPORTED-COLUMN-VALUE${'x'.repeat(12_000)}`,
 }));
 
 beforeAll(async () => {
@@ -43,7 +46,7 @@ afterAll(async () => {
 });
 
 describe('threadgate outcomes', () => {
-  it('exports every row as JSON lines with only the known columns', async () => {
+  it('exports every row, across Scan pages, as JSON lines with only the known columns', async () => {
     // Act
     const run = await runCli(['outcomes'], { env: cliEnv(stack.moto) });
 
