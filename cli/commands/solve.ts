@@ -3,10 +3,13 @@ import {
   CaptchaAiClient,
   type CaptchaTask,
   DEFAULT_BASE_URL,
+  readTimingsFromEnv,
+  type SolveTimingsOverrides,
 } from '../../functions/shared/captchaai/client.js';
 import {
   BadTaskError,
   CaptchaError,
+  ConfigError,
   PollTimeoutError,
   StopClassError,
   TransientError,
@@ -24,7 +27,7 @@ interface SolveOptions {
   action?: string;
   minScore?: number;
   invisible?: boolean;
-  timeScale: number;
+  timeScale?: number;
   json?: boolean;
   showToken?: boolean;
 }
@@ -58,7 +61,11 @@ Example:
     --sitekey 6LeIxAcTAAAAAJcZVRqyHh71UMIEGNQ_MXjiZKhI --pageurl https://staging.example.com/signup
 
 Exit codes: 0 solved; 2 bad task, unsolvable or usage error; 3 stop-class (bad key, IP ban,
-no active plan); 4 transient error or poll timeout (trying later may work).`,
+no active plan); 4 transient error or poll timeout (trying later may work).
+
+Timings (ms at time scale 1, CaptchaAI's defaults when unset): CAPTCHAAI_FIRST_POLL_MS,
+CAPTCHAAI_POLL_INTERVAL_MS, CAPTCHAAI_SERVER_ERROR_WAIT_MS, CAPTCHAAI_SUBMIT_BACKOFF_MS,
+CAPTCHAAI_SUBMIT_RETRIES, CAPTCHAAI_DEADLINE_MS, CAPTCHAAI_HTTP_TIMEOUT_MS, CAPTCHAAI_TIME_SCALE.`,
     )
     .action(async (opts: SolveOptions) => {
       await runSolve(opts);
@@ -66,7 +73,7 @@ no active plan); 4 transient error or poll timeout (trying later may work).`,
 }
 
 async function runSolve(opts: SolveOptions): Promise<void> {
-  const client = new CaptchaAiClient({ ...captchaAiConnection(), timeScale: opts.timeScale });
+  const client = new CaptchaAiClient(clientOptions(opts.timeScale));
   const task = buildTask(opts);
   const abort = new AbortController();
   const onSignal = () => abort.abort(new Error('interrupted'));
@@ -98,6 +105,27 @@ async function runSolve(opts: SolveOptions): Promise<void> {
     reportCaptchaError(err, opts.json === true, { type: opts.type, elapsedMs: Date.now() - started });
   } finally {
     process.off('SIGINT', onSignal);
+  }
+}
+
+/**
+ * Client options from the environment (CAPTCHAAI_API_KEY, CAPTCHAAI_URL, the timing variables);
+ * `--time-scale` wins over CAPTCHAAI_TIME_SCALE. Bad or missing configuration is a usage error.
+ */
+export function clientOptions(
+  timeScale: number | undefined,
+  env: NodeJS.ProcessEnv = process.env,
+): { apiKey: string; baseUrl: string; timings: SolveTimingsOverrides; timeScale: number } {
+  try {
+    const fromEnv = readTimingsFromEnv(env);
+    return {
+      ...captchaAiConnection(env),
+      timings: fromEnv.timings,
+      timeScale: timeScale ?? fromEnv.timeScale,
+    };
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, EXIT.usage);
+    throw err;
   }
 }
 

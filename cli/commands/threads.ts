@@ -2,11 +2,11 @@ import type { Command } from 'commander';
 import { CaptchaAiClient } from '../../functions/shared/captchaai/client.js';
 import { CaptchaError } from '../../functions/shared/errors.js';
 import { EXIT } from '../exit-codes.js';
-import { captchaAiConnection, parseCount, parsePositive, reportCaptchaError } from './solve.js';
+import { clientOptions, parseCount, parsePositive, reportCaptchaError } from './solve.js';
 
 interface ThreadsOptions {
   reserve: number;
-  timeScale: number;
+  timeScale?: number;
   json?: boolean;
 }
 
@@ -18,7 +18,11 @@ export function registerThreadsCommand(program: Command): void {
       "Ask CaptchaAI (threadsinfo) for the plan's threads and working threads, and print the cap = threads - reserve.",
     )
     .option('--reserve <n>', 'threads kept free for other users of the key', parseCount, 0)
-    .option('--time-scale <factor>', 'multiply the HTTP timeout', parsePositive, 1)
+    .option(
+      '--time-scale <factor>',
+      'multiply the HTTP timeout (default: CAPTCHAAI_TIME_SCALE or 1)',
+      parsePositive,
+    )
     .option('--json', 'print one JSON object instead of text')
     .addHelpText(
       'after',
@@ -30,7 +34,7 @@ Example:
 Exit codes: 0 ok; 2 usage error; 3 stop-class (bad key, IP ban); 4 transient error.`,
     )
     .action(async (opts: ThreadsOptions) => {
-      const client = new CaptchaAiClient({ ...captchaAiConnection(), timeScale: opts.timeScale });
+      const client = new CaptchaAiClient(clientOptions(opts.timeScale));
       try {
         const info = await client.threadsInfo();
         const cap = Math.max(0, info.threads - opts.reserve);

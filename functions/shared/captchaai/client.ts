@@ -12,9 +12,11 @@ import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } 
 
 export {
   DEFAULT_TIMINGS,
+  readTimingsFromEnv,
   resolveTimings,
   type SolveTimings,
   type SolveTimingsOverrides,
+  TIMING_ENV,
   TOKEN_LIFETIME_MS,
 } from './timings.js';
 export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';

@@ -1,4 +1,6 @@
-import type { CaptchaType } from './types.js';
+import { type Env, optionalNumber } from '../env.js';
+import { ConfigError } from '../errors.js';
+import { CAPTCHA_TYPES, type CaptchaType } from './types.js';
 
 /**
  * Every wait the client makes. All values are milliseconds at time scale 1; the client
@@ -62,4 +64,66 @@ export function resolveTimings(overrides: SolveTimingsOverrides = {}): SolveTimi
     ...overrides,
     firstPollMs: { ...DEFAULT_TIMINGS.firstPollMs, ...overrides.firstPollMs },
   };
+}
+
+/** Environment variables that override the client's timings (milliseconds at time scale 1). */
+export const TIMING_ENV = {
+  firstPollMs: 'CAPTCHAAI_FIRST_POLL_MS',
+  pollIntervalMs: 'CAPTCHAAI_POLL_INTERVAL_MS',
+  serverErrorWaitMs: 'CAPTCHAAI_SERVER_ERROR_WAIT_MS',
+  submitBackoffMs: 'CAPTCHAAI_SUBMIT_BACKOFF_MS',
+  submitRetries: 'CAPTCHAAI_SUBMIT_RETRIES',
+  deadlineMs: 'CAPTCHAAI_DEADLINE_MS',
+  httpTimeoutMs: 'CAPTCHAAI_HTTP_TIMEOUT_MS',
+  timeScale: 'CAPTCHAAI_TIME_SCALE',
+} as const;
+
+/**
+ * Reads timing overrides and the time scale from the environment; unset variables keep
+ * CaptchaAI's defaults. `CAPTCHAAI_FIRST_POLL_MS` is either one number for every type or a
+ * JSON object per type, e.g. `{"turnstile":3000}`. A malformed value is a ConfigError naming it.
+ */
+export function readTimingsFromEnv(env: Env): { timings: SolveTimingsOverrides; timeScale: number } {
+  const timings: SolveTimingsOverrides = {};
+  const ms = (key: Exclude<keyof typeof TIMING_ENV, 'firstPollMs' | 'timeScale' | 'submitRetries'>) => {
+    const name = TIMING_ENV[key];
+    if (env[name] !== undefined && env[name]?.trim() !== '')
+      timings[key] = optionalNumber(env, name, 0, { min: 0 });
+  };
+  ms('pollIntervalMs');
+  ms('serverErrorWaitMs');
+  ms('submitBackoffMs');
+  ms('deadlineMs');
+  ms('httpTimeoutMs');
+  const retries = env[TIMING_ENV.submitRetries];
+  if (retries !== undefined && retries.trim() !== '') {
+    timings.submitRetries = optionalNumber(env, TIMING_ENV.submitRetries, 0, { min: 0, integer: true });
+  }
+  const firstPoll = env[TIMING_ENV.firstPollMs]?.trim();
+  if (firstPoll) timings.firstPollMs = parseFirstPoll(firstPoll);
+  const timeScale = optionalNumber(env, TIMING_ENV.timeScale, 1, { min: Number.MIN_VALUE });
+  return { timings, timeScale };
+}
+
+function parseFirstPoll(raw: string): Partial<Record<CaptchaType, number>> {
+  const name = TIMING_ENV.firstPollMs;
+  if (!raw.startsWith('{')) {
+    const all = optionalNumber({ [name]: raw }, name, 0, { min: 0 });
+    return Object.fromEntries(CAPTCHA_TYPES.map((t) => [t, all]));
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw new ConfigError(name, 'must be a number or a JSON object of numbers per CAPTCHA type');
+  }
+  const out: Partial<Record<CaptchaType, number>> = {};
+  for (const [type, value] of Object.entries(parsed as Record<string, unknown>)) {
+    if (!CAPTCHA_TYPES.includes(type as CaptchaType))
+      throw new ConfigError(name, `unknown CAPTCHA type "${type}"`);
+    if (typeof value !== 'number' || !(value >= 0))
+      throw new ConfigError(name, `${type} must be a number >= 0`);
+    out[type as CaptchaType] = value;
+  }
+  return out;
 }
