@@ -38,11 +38,9 @@ export const handler = async (event: Partial<ScheduledEvent> = {}): Promise<Adju
     queueArn: config.queueArn,
   });
   const apiKey = await getApiKey(secrets, config.secretName);
-  const captchaai = new CaptchaAiClient({
-    apiKey,
-    baseUrl: config.captchaaiUrl,
-    timeScale: config.timeScale,
-  });
+  // threadsinfo is one call with no waits: TIME_SCALE would only shrink its HTTP timeout, so
+  // the adjuster runs at time scale 1 even on a time-scaled local stack.
+  const captchaai = new CaptchaAiClient({ apiKey, baseUrl: config.captchaaiUrl });
   try {
     const result = await adjustCap({
       lambda,

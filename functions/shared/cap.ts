@@ -44,7 +44,6 @@ export interface CapAdjusterConfig extends CapSettings {
   stateParameterName: string;
   captchaaiUrl: string;
   secretName: string;
-  timeScale: number;
 }
 
 export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
@@ -57,7 +56,6 @@ export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
     stateParameterName: requireString(env, 'PIPELINE_STATE_PARAM'),
     captchaaiUrl: requireString(env, 'CAPTCHAAI_URL'),
     secretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
-    timeScale: optionalNumber(env, 'TIME_SCALE', 1, { min: 0.0001 }),
     reserve: optionalNumber(env, 'RESERVE', 0, { min: 0, integer: true }),
     minCap,
     maxCap,
