@@ -6,17 +6,24 @@ fails after bumping the message's receive count. threadgate's local runtime is t
 so this launcher makes every queue's mapping registry a write-only sink: moto still stores
 and reports the mappings through the Lambda API, but SendMessage never invokes anything.
 
+moto also checks a DynamoDB ConditionExpression and applies the write without a lock, so two
+concurrent conditional writes to one item can both succeed (measured: 5 concurrent claims of
+one key had more than one winner in 16 of 40 rounds). Real DynamoDB never allows that and
+threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes.
+
 Prints one JSON line {"port": N} on stdout once the server listens, then serves until
 stdin closes or the process is signalled.
 """
 
 import argparse
+import functools
 import json
 import signal
 import sys
 import threading
 
 try:
+    from moto.dynamodb.models import DynamoDBBackend
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.sqs import models as sqs_models
 except ImportError as exc:  # pragma: no cover - depends on the machine
@@ -43,6 +50,22 @@ def _ignore(self, value):
 
 
 sqs_models.Queue.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
+
+_dynamodb_write_lock = threading.RLock()
+
+
+def _serialized(method):
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with _dynamodb_write_lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+for _name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
+    if hasattr(DynamoDBBackend, _name):
+        setattr(DynamoDBBackend, _name, _serialized(getattr(DynamoDBBackend, _name)))
 
 
 def main():

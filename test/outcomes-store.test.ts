@@ -1,12 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OutcomesStore } from '../functions/shared/outcomes-store.js';
 import type { MotoServer } from '../local/moto.js';
-import {
-  type AwsClients,
-  clientsFor,
-  createOutcomeTable,
-  startMotoWithAtomicWrites,
-} from './fixtures/aws.js';
+import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from './fixtures/aws.js';
 
 let moto: MotoServer;
 let clients: AwsClients;
@@ -17,7 +12,7 @@ let next = 0;
 const key = () => `rec-${++next}`;
 
 beforeAll(async () => {
-  moto = await startMotoWithAtomicWrites();
+  moto = await startMoto();
   clients = clientsFor(moto);
   tableName = 'outcomes-store-test';
   await createOutcomeTable(clients.ddb, tableName);

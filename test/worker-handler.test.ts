@@ -12,7 +12,7 @@ import {
   receiveAll,
   sendJobs,
   sqsEvent,
-  startMotoWithAtomicWrites,
+  startMoto,
   type WorkerResources,
 } from './fixtures/aws.js';
 import { captureOutput, type LogCapture } from './fixtures/log-capture.js';
@@ -28,7 +28,7 @@ const savedEnv = { ...process.env };
 
 beforeAll(async () => {
   logs = captureOutput();
-  moto = await startMotoWithAtomicWrites();
+  moto = await startMoto();
   clients = clientsFor(moto);
   captcha = await startFastCaptchaStandin(2);
   target = await startTargetStandin({ captchaUrl: captcha.url });

@@ -18,7 +18,7 @@ import {
   receiveAll,
   sendJobs,
   sqsEvent,
-  startMotoWithAtomicWrites,
+  startMoto,
   type WorkerResources,
 } from './fixtures/aws.js';
 import { catalogResolver, malformedJobs } from './fixtures/job-catalog.js';
@@ -33,7 +33,7 @@ let logs: LogCapture;
 
 beforeAll(async () => {
   logs = captureOutput();
-  moto = await startMotoWithAtomicWrites();
+  moto = await startMoto();
   clients = clientsFor(moto);
   captcha = await startFastCaptchaStandin(10);
   target = await startTargetStandin({ captchaUrl: captcha.url });
