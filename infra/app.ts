@@ -1,3 +1,5 @@
+import { realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { App, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { resolveConfig, settingsFromContext } from './config.js';
@@ -18,6 +20,6 @@ export function buildApp(app: App = new App()): { app: App; stack: ThreadgateSta
   return { app, stack };
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
   buildApp().app.synth();
 }

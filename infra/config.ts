@@ -36,7 +36,7 @@ export interface ThreadgateConfig {
   readonly maxReceiveCount: number;
   /** Receives after which the worker stops retrying a transient failure and records it (< maxReceiveCount). @default 3 */
   readonly transientReceiveLimit: number;
-  /** How long an in-progress claim on a record stays valid, in seconds (>= workerTimeoutSeconds). @default workerTimeoutSeconds + 10% (at least +5) */
+  /** How long an in-progress claim on a record stays valid, in seconds (> workerTimeoutSeconds). @default workerTimeoutSeconds + 10% (at least +5) */
   readonly leaseSeconds: number;
   /** Alarm threshold for the age of the oldest queued job, in seconds. @default 3600 */
   readonly oldestMessageAlarmSeconds: number;
@@ -235,10 +235,10 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     workerTimeoutSeconds + Math.max(5, Math.ceil(workerTimeoutSeconds / 10)),
     { min: 1, max: SQS_MAX_VISIBILITY_SECONDS },
   );
-  if (leaseSeconds < workerTimeoutSeconds) {
+  if (leaseSeconds <= workerTimeoutSeconds) {
     throw new ConfigError(
       'leaseSeconds',
-      `must be >= workerTimeoutSeconds (${workerTimeoutSeconds}) so no claim expires while its invocation runs, got ${leaseSeconds}`,
+      `must exceed workerTimeoutSeconds (${workerTimeoutSeconds}) so no claim expires while its invocation runs, got ${leaseSeconds}`,
     );
   }
 

@@ -546,7 +546,7 @@ describe('settings validation at synth time', () => {
       { transientReceiveLimit: 5 },
       /^transientReceiveLimit: must be below maxReceiveCount \(5\)/,
     ],
-    ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must be >= workerTimeoutSeconds/],
+    ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must exceed workerTimeoutSeconds/],
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
