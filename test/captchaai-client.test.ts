@@ -33,8 +33,10 @@ const TIMINGS: CaptchaAiClientOptions['timings'] = {
   pollIntervalMs: 2_000,
   serverErrorWaitMs: 2_000,
   submitBackoffMs: 5_000,
-  deadlineMs: 60_000,
-  httpTimeoutMs: 200_000,
+  // Generous against a loaded machine (3 s and 5 s here); tests about the deadline or the
+  // HTTP timeout set their own.
+  deadlineMs: 300_000,
+  httpTimeoutMs: 500_000,
 };
 const PAGE = 'https://staging.example.com/signup';
 const V2: CaptchaTask = { type: 'recaptcha_v2', sitekey: 'site-key-v2', pageurl: PAGE };
@@ -56,6 +58,7 @@ async function standin(o: Partial<StandinOptions> = {}): Promise<CaptchaStandin>
       turnstile: FAST,
       image: FAST,
     },
+    abandonAfterMs: 1e9,
     ...o,
   });
   standins.push(s);

@@ -51,7 +51,7 @@ async function submit(s: CaptchaStandin, params: Record<string, string> = V2): P
 
 /** Polls res.php until the task leaves CAPCHA_NOT_READY; returns the final JSON answer. */
 async function result(s: CaptchaStandin, id: string): Promise<{ status: number; request: string }> {
-  for (let i = 0; i < 400; i += 1) {
+  for (let i = 0; i < 1_000; i += 1) {
     const r = await call(s, 'res.php', { action: 'get', id, json: '1' });
     const body = JSON.parse(r.text) as { status: number; request: string };
     if (body.request !== 'CAPCHA_NOT_READY') return body;
@@ -83,7 +83,7 @@ describe('CaptchaAI stand-in: protocol', () => {
 
   it('speaks JSON to form-encoded requests with json=1, and says CAPCHA_NOT_READY while solving', async () => {
     // Prepare
-    const s = await standin({ latency: { recaptcha_v2: { minMs: 200, maxMs: 200 } } });
+    const s = await standin({ latency: { recaptcha_v2: { minMs: 1_500, maxMs: 1_500 } } });
 
     // Act
     const id = await submit(s);
@@ -163,7 +163,7 @@ describe('CaptchaAI stand-in: protocol', () => {
 describe('CaptchaAI stand-in: the plan', () => {
   it('a task holds a thread until solved; a submit beyond the plan threads gets ERROR_ZERO_BALANCE', async () => {
     // Prepare
-    const s = await standin({ threads: 1, latency: { recaptcha_v2: { minMs: 150, maxMs: 150 } } });
+    const s = await standin({ threads: 1, latency: { recaptcha_v2: { minMs: 1_500, maxMs: 1_500 } } });
     const first = await submit(s);
 
     // Act
@@ -193,7 +193,7 @@ describe('CaptchaAI stand-in: the plan', () => {
 
   it('a never-finishing task holds its thread until abandonAfterMs, then reads as unsolvable', async () => {
     // Prepare
-    const s = await standin({ threads: 1, faults: { neverFinish: 1 }, abandonAfterMs: 150 });
+    const s = await standin({ threads: 1, faults: { neverFinish: 1 }, abandonAfterMs: 1_500 });
     const id = await submit(s);
 
     // Act

@@ -96,8 +96,8 @@ describe.concurrent('threadgate solve', { timeout: 120_000 }, () => {
 
   it('prints a usable token only with --show-token, as JSON with --json', async (ctx) => {
     const { expect } = ctx;
-    // Prepare
-    const s = await standin(ctx);
+    // Prepare: time scale 1 with an instant solve, so the token outlives a slow process exit.
+    const s = await standin(ctx, { timeScale: 1, latency: { turnstile: { minMs: 0, maxMs: 0 } } });
 
     // Act
     const run = await threadgate(solveArgs(['--json', '--show-token']), envFor(s));
