@@ -2,7 +2,8 @@
 // thread with the function's own environment variables. Plain JavaScript on purpose: the
 // thread loads only the bundle CDK built, never the repository's TypeScript.
 //
-// Protocol with the parent: {type: 'invoke', id, event, context} in, {type: 'result', id, ok,
+// Protocol with the parent: {type: 'ready'} or {type: 'init-error', error} once the handler
+// module is loaded; then {type: 'invoke', id, event, context} in, {type: 'result', id, ok,
 // payload | error} out. Like Lambda, the handler module stays loaded between invocations
 // (warm starts), and one environment runs one invocation at a time.
 import { existsSync } from 'node:fs';
@@ -10,10 +11,9 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parentPort, workerData } from 'node:worker_threads';
 
-process.setSourceMapsEnabled?.(true);
-
-/** @type {Promise<Function> | undefined} */
-let handlerPromise;
+// Lambda honours NODE_OPTIONS=--enable-source-maps (NodejsFunction sets it with sourceMap: true);
+// worker threads ignore NODE_OPTIONS, so apply it here.
+if ((process.env.NODE_OPTIONS ?? '').includes('--enable-source-maps')) process.setSourceMapsEnabled?.(true);
 
 async function loadHandler() {
   const { taskRoot, handler } = workerData;
@@ -53,6 +53,19 @@ function callHandler(fn, event, context) {
   });
 }
 
+function serializeError(err) {
+  const error = err instanceof Error ? err : new Error(String(err));
+  return { errorType: error.name || 'Error', errorMessage: error.message, stack: error.stack };
+}
+
+// The init phase: load the handler module once, before the first invocation, like Lambda. The
+// parent starts an invocation's timeout only after this reports ready.
+const handlerPromise = loadHandler();
+handlerPromise.then(
+  () => parentPort.postMessage({ type: 'ready' }),
+  (err) => parentPort.postMessage({ type: 'init-error', error: serializeError(err) }),
+);
+
 parentPort.on('message', async (message) => {
   if (message?.type !== 'invoke') return;
   const { id, event, context: base } = message;
@@ -65,19 +78,12 @@ parentPort.on('message', async (message) => {
     fail() {},
   };
   try {
-    handlerPromise ??= loadHandler();
     const fn = await handlerPromise;
     const result = await callHandler(fn, event, context);
     // Lambda serializes the response to JSON; do the same so the parent sees what AWS would.
     const payload = result === undefined ? null : JSON.parse(JSON.stringify(result));
     parentPort.postMessage({ type: 'result', id, ok: true, payload });
   } catch (err) {
-    const error = err instanceof Error ? err : new Error(String(err));
-    parentPort.postMessage({
-      type: 'result',
-      id,
-      ok: false,
-      error: { errorType: error.name || 'Error', errorMessage: error.message, stack: error.stack },
-    });
+    parentPort.postMessage({ type: 'result', id, ok: false, error: serializeError(err) });
   }
 });

@@ -120,7 +120,7 @@ export interface MappingStats {
 export interface RuntimeStats {
   functions: Record<string, FunctionStats>;
   mappings: MappingStats[];
-  rules: { name: string; schedule: string; periodMs: number | undefined; fired: number }[];
+  rules: { name: string; schedule: string; periodMs: number | undefined; fired: number; skipped: number }[];
 }
 
 interface InvokeResult {
@@ -240,6 +240,9 @@ class ExecutionEnvironment {
   readonly id: string;
   private readonly worker: Worker;
   private pending: { id: string; resolve: (r: InvokeResult) => void } | undefined;
+  /** Resolves after the init phase: undefined when the handler loaded, else the init error. */
+  private readonly ready: Promise<{ errorType: string; errorMessage: string } | undefined>;
+  private markReady: (error?: { errorType: string; errorMessage: string }) => void = () => undefined;
   dead = false;
 
   constructor(
@@ -263,7 +266,8 @@ class ExecutionEnvironment {
       AWS_DEFAULT_REGION: region,
       LAMBDA_TASK_ROOT: fn.taskRoot,
       _HANDLER: fn.handler,
-      NODE_ENV: fn.env.NODE_ENV ?? 'production',
+      // Lambda runs Node 22; the SDK's notice about this machine's Node 20 is noise in the log.
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
     };
     this.worker = new Worker(THREAD_BOOTSTRAP, {
       env,
@@ -284,9 +288,16 @@ class ExecutionEnvironment {
         if (buffered) log.line(`${this.id} ${buffered}`);
       });
     }
+    this.ready = new Promise((resolve) => {
+      this.markReady = resolve;
+    });
     this.worker.on(
       'message',
       (msg: { type: string; id: string; ok: boolean; payload?: unknown; error?: never }) => {
+        if (msg.type === 'ready' || msg.type === 'init-error') {
+          this.markReady(msg.type === 'ready' ? undefined : msg.error);
+          return;
+        }
         if (msg.type !== 'result' || this.pending?.id !== msg.id) return;
         const { resolve } = this.pending;
         this.pending = undefined;
@@ -295,6 +306,7 @@ class ExecutionEnvironment {
     );
     const fail = (errorType: string, errorMessage: string) => {
       this.dead = true;
+      this.markReady({ errorType, errorMessage });
       if (!this.pending) return;
       const { resolve } = this.pending;
       this.pending = undefined;
@@ -306,7 +318,23 @@ class ExecutionEnvironment {
     );
   }
 
-  invoke(event: unknown, requestId: string, region: string): Promise<InvokeResult> {
+  /**
+   * Runs one invocation. The init phase (loading the module) is not part of the function
+   * timeout, as in Lambda; on a loaded two-core machine a cold start of a large bundle can
+   * take seconds.
+   */
+  async invoke(event: unknown, requestId: string, region: string): Promise<InvokeResult> {
+    const initError = await this.ready;
+    if (initError) {
+      this.dead = true;
+      return { ok: false, error: initError };
+    }
+    if (this.dead) {
+      return {
+        ok: false,
+        error: { errorType: 'Runtime.ExitError', errorMessage: 'execution environment exited' },
+      };
+    }
     const timeoutMs = this.fn.timeoutSeconds * 1000;
     const deadlineMs = Date.now() + timeoutMs;
     return new Promise<InvokeResult>((resolve) => {
@@ -706,6 +734,8 @@ class SqsPoller {
 /** EventBridge's scheduler for one rule with Lambda targets. */
 class RuleTimer {
   fired = 0;
+  skipped = 0;
+  private readonly running = new Set<string>();
   periodMs: number | undefined;
   private timer: NodeJS.Timeout | undefined;
   private targets: Target[] = [];
@@ -766,8 +796,19 @@ class RuleTimer {
             resources: [this.arn],
             detail: {},
           };
+      // A tick that finds this rule's previous invocation still running is skipped. EventBridge
+      // would overlap them, but at a scaled rate (0.6 s for a one-minute rule) a slow cold
+      // start on a small machine would otherwise pile up environments faster than they finish.
+      if (this.running.has(host.name)) {
+        this.skipped++;
+        continue;
+      }
+      this.running.add(host.name);
       this.runtime.emit({ type: 'rule', ruleName: this.name, functionName: host.name });
-      void host.invoke(event).catch(() => undefined);
+      void host
+        .invoke(event)
+        .catch(() => undefined)
+        .finally(() => this.running.delete(host.name));
     }
   }
 
@@ -963,6 +1004,11 @@ export class LocalRuntime {
       mkdirSync(dirname(target), { recursive: true });
       writeFileSync(target, entry.data);
     }
+    // Lambda loads a `.js` handler without a package.json above it as CommonJS. The cache may sit
+    // inside an ESM package (this repository is one), so say what Lambda would assume.
+    if (!existsSync(join(staging, 'package.json'))) {
+      writeFileSync(join(staging, 'package.json'), '{"type":"commonjs"}\n');
+    }
     writeFileSync(join(staging, '.complete'), '');
     try {
       mkdirSync(dirname(dir), { recursive: true });
@@ -985,6 +1031,7 @@ export class LocalRuntime {
         schedule: r.schedule,
         periodMs: r.periodMs,
         fired: r.fired,
+        skipped: r.skipped,
       })),
     };
   }
