@@ -507,6 +507,19 @@ describe('adjustCap against the Lambda API (moto) and threadsinfo (stand-in)', (
     });
   });
 
+  it('returns to reserved concurrency once the account can reserve again', async () => {
+    // Prepare: a fallback left no reservation and the mapping maximum at 4; the plan drops to 2.
+    const world = await createWorld({ mappingMaximum: 4 });
+    standin.setThreads(2);
+    // Act
+    const result = await adjustCap(deps(world));
+    // Assess: cap 1 is reserved again, so the mapping maximum goes.
+    expect(result).toMatchObject({ cap: 1, reservedFallback: false });
+    const knobs = await knobsOf(world);
+    expect(knobs.reserved).toBe(1);
+    expect(knobs.mappingMaximum).toBeUndefined();
+  });
+
   it('estimates threads busy outside the pipeline and warns when they exceed the reserve', async () => {
     // Prepare: our cap is 2 and 4 of the plan's 5 threads are busy, so at least 2 are someone else's.
     const world = await createWorld({ reserved: 2, mappingMaximum: 2 });

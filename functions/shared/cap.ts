@@ -267,7 +267,9 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     if (effectiveBefore !== undefined && cap < effectiveBefore) {
       await setMapping();
       await setReserved();
-      if (reservedFallback) await setMapping();
+      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
+      // keeps the mapping minimum when the reservation failed.
+      await setMapping();
     } else {
       await setReserved();
       await setMapping();
