@@ -2,7 +2,12 @@ import { CloudFormationClient, DescribeStacksCommand, type Stack } from '@aws-sd
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { GetFunctionConfigurationCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { SQSClient } from '@aws-sdk/client-sqs';
+import {
+  SendMessageBatchCommand,
+  type SendMessageBatchRequestEntry,
+  SendMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
@@ -364,4 +369,94 @@ export async function captchaAiAccess(
       return new CaptchaAiClient({ apiKey, baseUrl, timings: { httpTimeoutMs: 15_000 } });
     },
   };
+}
+
+export interface BatchSendFailure {
+  /** The entry's Id. */
+  id: string;
+  code: string;
+  message: string;
+}
+
+/** Errors with which SQS refuses what was sent (size, characters, attributes), not the call. */
+const REFUSED_ENTRY_ERRORS = new Set([
+  'InvalidParameterValue',
+  'InvalidParameterValueException',
+  'InvalidMessageContents',
+  'BatchRequestTooLong',
+  'AWS.SimpleQueueService.BatchRequestTooLong',
+  'InvalidAttributeValue',
+]);
+
+/**
+ * SendMessageBatch (up to 10 entries) that retries only what may succeed later: entries SQS
+ * failed on its side, and whole calls that failed for transient reasons. When SQS refuses the
+ * whole batch because of one bad entry (some endpoints do that instead of failing the entry),
+ * the entries are sent one by one so the good ones still go and only the bad one fails.
+ * Returns the ids sent and the ids that failed for good; throws only when the queue cannot
+ * be reached at all after the retries.
+ */
+export async function sendMessageBatchWithRetries(
+  aws: AwsContext,
+  queueUrl: string,
+  entries: SendMessageBatchRequestEntry[],
+  o: { attempts?: number; sleep?: (ms: number) => Promise<void> } = {},
+): Promise<{ sent: string[]; failed: BatchSendFailure[] }> {
+  const attempts = o.attempts ?? 6;
+  const sleep = o.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const sent: string[] = [];
+  const failed: BatchSendFailure[] = [];
+  let pending = entries;
+  for (let attempt = 1; pending.length > 0; attempt++) {
+    if (attempt > attempts) {
+      for (const e of pending)
+        failed.push({
+          id: e.Id ?? '',
+          code: 'RetriesExhausted',
+          message: `not sent after ${attempts} attempts`,
+        });
+      break;
+    }
+    if (attempt > 1) await sleep(Math.min(5_000, 200 * 2 ** (attempt - 2)));
+    try {
+      const out = await aws.clients.sqs.send(
+        new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: pending }),
+      );
+      for (const ok of out.Successful ?? []) if (ok.Id) sent.push(ok.Id);
+      const retry = new Set<string>();
+      for (const f of out.Failed ?? []) {
+        if (f.SenderFault)
+          failed.push({ id: f.Id ?? '', code: f.Code ?? 'Unknown', message: f.Message ?? '' });
+        else if (f.Id) retry.add(f.Id);
+      }
+      pending = pending.filter((e) => e.Id && retry.has(e.Id));
+    } catch (err) {
+      const name = (err as { name?: string }).name ?? '';
+      if (!REFUSED_ENTRY_ERRORS.has(name)) {
+        // The SDK already retried throttling and network errors; a few more rounds ride out a blip.
+        if (attempt >= attempts) throw err;
+        continue;
+      }
+      const retry: SendMessageBatchRequestEntry[] = [];
+      for (const e of pending) {
+        try {
+          await aws.clients.sqs.send(
+            new SendMessageCommand({
+              QueueUrl: queueUrl,
+              MessageBody: e.MessageBody,
+              MessageAttributes: e.MessageAttributes,
+            }),
+          );
+          sent.push(e.Id ?? '');
+        } catch (one) {
+          const oneName = (one as { name?: string }).name ?? 'Error';
+          if (REFUSED_ENTRY_ERRORS.has(oneName)) {
+            failed.push({ id: e.Id ?? '', code: oneName, message: (one as Error).message ?? '' });
+          } else retry.push(e);
+        }
+      }
+      pending = retry;
+    }
+  }
+  return { sent, failed };
 }

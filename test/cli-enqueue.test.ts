@@ -50,7 +50,8 @@ async function queueDepth(): Promise<number> {
 }
 
 beforeAll(async () => {
-  stack = await startCliStack();
+  // The jobs queue takes at most 4 KiB, so a valid but large job can be refused by SQS.
+  stack = await startCliStack({ jobsMaximumMessageSize: 4096 });
   sqs = new SQSClient({ ...stack.clientConfig, useQueueUrlAsEndpoint: false });
   dir = await mkdtemp(join(tmpdir(), 'threadgate-cli-enqueue-'));
 });
@@ -82,7 +83,7 @@ describe('threadgate enqueue', () => {
     // Act
     const run = await runCli(['enqueue', file, '--rejects', rejects], {
       env: cliEnv(stack.moto),
-      timeoutMs: 120_000,
+      timeoutMs: 170_000,
     });
 
     // Assess
@@ -95,7 +96,7 @@ describe('threadgate enqueue', () => {
     expect(run.stdout).toContain('sent 980 of 1000 lines; 20 rejected');
     const kept = (await readFile(rejects, 'utf8')).trimEnd().split('\n');
     expect(kept).toEqual(badLineNumbers.map((n) => lines[n - 1]));
-  });
+  }, 180_000); // moto's SQS slows as the queue grows: 40-60 s for 1,000 messages on a busy machine
 
   it('sends the bodies unchanged, one message per line', async () => {
     // Prepare
@@ -138,6 +139,23 @@ describe('threadgate enqueue', () => {
       dryRun: false,
     });
     expect(await queueDepth()).toBe(3);
+  });
+
+  it('reports a line SQS refuses by its line number, still sends the rest of its batch, and exits 4', async () => {
+    // Prepare: line 2 is a valid job larger than the queue's 4 KiB limit.
+    const large = JSON.stringify({ ...JSON.parse(job(2)), form: { comment: 'x'.repeat(4000) } });
+    const input = `${job(1)}\n${large}\n${job(3)}\n`;
+
+    // Act
+    const run = await runCli(['enqueue', '-', '--json'], { env: cliEnv(stack.moto), stdin: input });
+
+    // Assess
+    expect(run.code).toBe(4);
+    const summary = JSON.parse(run.stdout);
+    expect(summary.sent).toBe(2);
+    expect(summary.failed).toEqual([expect.objectContaining({ line: 2 })]);
+    expect(run.stderr).toMatch(/^line 2: not sent: /m);
+    expect(await queueDepth()).toBe(2);
   });
 
   it('checks without sending under --dry-run, with rejected lines in the JSON summary', async () => {

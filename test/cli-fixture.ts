@@ -26,6 +26,8 @@ export interface StackOptions {
   reservedConcurrency?: number;
   maximumConcurrency?: number;
   reserve?: number;
+  /** MaximumMessageSize of the jobs queue (SQS default 262144). */
+  jobsMaximumMessageSize?: number;
 }
 
 export function stackTemplate(options: StackOptions = {}): string {
@@ -44,6 +46,7 @@ export function stackTemplate(options: StackOptions = {}): string {
         Type: 'AWS::SQS::Queue',
         Properties: {
           VisibilityTimeout: 900,
+          ...(options.jobsMaximumMessageSize ? { MaximumMessageSize: options.jobsMaximumMessageSize } : {}),
           RedrivePolicy: { deadLetterTargetArn: { 'Fn::GetAtt': ['Dlq', 'Arn'] }, maxReceiveCount: 5 },
         },
       },

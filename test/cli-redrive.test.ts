@@ -83,7 +83,8 @@ async function drain(queueUrl: string): Promise<Message[]> {
 }
 
 beforeAll(async () => {
-  stack = await startCliStack();
+  // A jobs queue that takes smaller messages than the DLQ, so one message can be refused.
+  stack = await startCliStack({ jobsMaximumMessageSize: 2048 });
   sqs = new SQSClient({ ...stack.clientConfig, useQueueUrlAsEndpoint: false });
 });
 
@@ -138,6 +139,28 @@ describe('threadgate redrive', () => {
     // Assess
     expect(run.code).toBe(0);
     expect(run.stderr).toMatch(/^redrive: 3\/3 messages 100% .* in \d+:\d\d$/m);
+  });
+
+  it('keeps a message the jobs queue refuses in the DLQ, visible, and still moves the others', async () => {
+    // Prepare: 11 ordinary messages and one larger than the jobs queue accepts.
+    const bodies = await fillDlq(11);
+    const tooBig = JSON.stringify({ record_key: 'too-big', form: { note: 'x'.repeat(3000) } });
+    await sqs.send(
+      new SendMessageBatchCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        Entries: [{ Id: 'big', MessageBody: tooBig }],
+      }),
+    );
+
+    // Act
+    const run = await runCli(['redrive', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(4);
+    expect(JSON.parse(run.stdout)).toEqual({ method: 'receive-send-delete', moved: 11, failed: 1 });
+    expect(run.stderr).toMatch(/not sent \(.+\); it stays in the DLQ/);
+    expect((await drain(stack.outputs.QueueUrl!)).map((m) => m.Body).sort()).toEqual([...bodies].sort());
+    expect((await drain(stack.outputs.DlqUrl!)).map((m) => m.Body)).toEqual([tooBig]);
   });
 
   it('rejects a --max that is not a positive integer', async () => {

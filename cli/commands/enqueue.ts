@@ -1,11 +1,7 @@
 import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
-import {
-  SendMessageBatchCommand,
-  type SendMessageBatchCommandOutput,
-  type SendMessageBatchRequestEntry,
-} from '@aws-sdk/client-sqs';
+import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { validateJobMessage } from '../../functions/shared/job-schema.js';
 import { CliError, EXIT } from '../exit-codes.js';
@@ -18,6 +14,7 @@ import {
   findStack,
   output,
   type StackOptions,
+  sendMessageBatchWithRetries,
   stackName,
 } from '../stack.js';
 
@@ -59,8 +56,6 @@ export interface EnqueueSummary {
 /** SQS takes at most 10 entries and 256 KiB per SendMessageBatch. */
 const BATCH_ENTRIES = 10;
 const BATCH_BYTES = 262_144;
-/** Attempts per batch entry before it counts as failed. */
-const SEND_ATTEMPTS = 6;
 /** Lines of rejects / repeats printed to stderr before summarising the rest. */
 const PRINT_LIMIT = 100;
 
@@ -196,12 +191,13 @@ async function enqueue(
     while (inflight.size >= o.concurrency) await Promise.race(inflight);
     const aws = o.aws;
     const queueUrl = o.queueUrl;
-    const p = sendBatch(aws, queueUrl, entries)
+    const p = sendMessageBatchWithRetries(aws, queueUrl, entries)
       .then((result) => {
-        summary.sent += result.sent;
+        summary.sent += result.sent.length;
         for (const f of result.failed) {
-          summary.failed.push(f);
-          progress.log(`line ${f.line}: not sent: ${f.code} ${f.message}`);
+          const failure = { line: Number(f.id), code: f.code, message: f.message };
+          summary.failed.push(failure);
+          progress.log(`line ${failure.line}: not sent: ${f.code} ${f.message}`);
         }
         progress.tick(entries.length);
       })
@@ -274,38 +270,6 @@ async function enqueue(
     );
   }
   return summary;
-}
-
-/** One SendMessageBatch with retries of just the entries that failed for the service's reasons. */
-async function sendBatch(
-  aws: AwsContext,
-  queueUrl: string,
-  entries: SendMessageBatchRequestEntry[],
-): Promise<{ sent: number; failed: SendFailure[] }> {
-  let pending = entries;
-  let sent = 0;
-  const failed: SendFailure[] = [];
-  for (let attempt = 1; pending.length > 0; attempt++) {
-    if (attempt > 1)
-      await new Promise((resolve) => setTimeout(resolve, Math.min(5_000, 200 * 2 ** (attempt - 2))));
-    let out: SendMessageBatchCommandOutput;
-    try {
-      out = await aws.clients.sqs.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: pending }));
-    } catch (err) {
-      // The SDK already retried throttling and network errors; a few more rounds ride out a blip.
-      if (attempt >= SEND_ATTEMPTS) throw err;
-      continue;
-    }
-    sent += out.Successful?.length ?? 0;
-    const retry = new Set<string>();
-    for (const f of out.Failed ?? []) {
-      if (f.SenderFault || attempt >= SEND_ATTEMPTS) {
-        failed.push({ line: Number(f.Id), code: f.Code ?? 'Unknown', message: f.Message ?? '' });
-      } else if (f.Id) retry.add(f.Id);
-    }
-    pending = pending.filter((e) => e.Id && retry.has(e.Id));
-  }
-  return { sent, failed };
 }
 
 async function openRejects(path: string): Promise<WriteStream> {

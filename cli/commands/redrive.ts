@@ -1,11 +1,11 @@
 import {
+  ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
   ListMessageMoveTasksCommand,
   type Message,
   type MessageAttributeValue,
   ReceiveMessageCommand,
-  SendMessageBatchCommand,
   StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
@@ -17,6 +17,7 @@ import {
   explainAwsError,
   output,
   type StackOptions,
+  sendMessageBatchWithRetries,
   withStack,
 } from '../stack.js';
 
@@ -190,8 +191,8 @@ async function moveByHand(
     total: max === undefined ? waiting : Math.min(max, waiting),
   });
   const sent = new Set<string>();
+  const refused: Message[] = [];
   let moved = 0;
-  let failed = 0;
   let emptyReceives = 0;
   while (max === undefined || moved < max) {
     const want = Math.min(10, max === undefined ? 10 : max - moved);
@@ -213,17 +214,36 @@ async function moveByHand(
     emptyReceives = 0;
     const fresh = messages.filter((m) => !sent.has(m.MessageId ?? ''));
     const again = messages.filter((m) => sent.has(m.MessageId ?? ''));
-    const delivered = await sendWithRetries(aws, queueUrl, fresh);
+    const delivered = await sendToJobsQueue(aws, queueUrl, fresh);
     for (const m of fresh) if (delivered.has(m.MessageId ?? '')) sent.add(m.MessageId ?? '');
-    failed += fresh.length - delivered.size;
+    refused.push(...fresh.filter((m) => !delivered.has(m.MessageId ?? '')));
     const toDelete = [...again, ...fresh.filter((m) => delivered.has(m.MessageId ?? ''))];
     await deleteWithRetries(aws, dlqUrl, toDelete);
     moved += delivered.size;
     progress.update(moved);
-    if (failed > 0 && delivered.size === 0) break; // the jobs queue refuses everything: stop, say so
   }
   progress.finish();
-  return { method: 'receive-send-delete', moved, failed };
+  await makeVisibleAgain(aws, dlqUrl, refused);
+  return { method: 'receive-send-delete', moved, failed: refused.length };
+}
+
+/** Messages the jobs queue refused stay in the DLQ; make them visible there again now, not in 5 minutes. */
+async function makeVisibleAgain(aws: AwsContext, dlqUrl: string, messages: Message[]): Promise<void> {
+  for (let i = 0; i < messages.length; i += 10) {
+    const batch = messages.slice(i, i + 10);
+    await aws.clients.sqs
+      .send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: dlqUrl,
+          Entries: batch.map((m, j) => ({
+            Id: String(j),
+            ReceiptHandle: m.ReceiptHandle,
+            VisibilityTimeout: 0,
+          })),
+        }),
+      )
+      .catch(() => undefined); // they become visible anyway when the move's visibility timeout ends
+  }
 }
 
 function attributesOf(m: Message): Record<string, MessageAttributeValue> | undefined {
@@ -240,35 +260,26 @@ function attributesOf(m: Message): Record<string, MessageAttributeValue> | undef
   return copy;
 }
 
-/** Sends a batch, retrying only the entries that failed; returns the message ids that were sent. */
-async function sendWithRetries(aws: AwsContext, queueUrl: string, messages: Message[]): Promise<Set<string>> {
-  const delivered = new Set<string>();
-  let pending = messages.map((m, i) => ({ id: `m${i}`, m }));
-  for (let attempt = 1; pending.length > 0 && attempt <= 5; attempt++) {
-    if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** (attempt - 2)));
-    try {
-      const out = await aws.clients.sqs.send(
-        new SendMessageBatchCommand({
-          QueueUrl: queueUrl,
-          Entries: pending.map(({ id, m }) => ({
-            Id: id,
-            MessageBody: m.Body ?? '',
-            MessageAttributes: attributesOf(m),
-          })),
-        }),
-      );
-      const ok = new Set((out.Successful ?? []).map((s) => s.Id));
-      for (const p of pending) if (ok.has(p.id)) delivered.add(p.m.MessageId ?? '');
-      const senderFault = (out.Failed ?? []).filter((f) => f.SenderFault);
-      for (const f of senderFault)
-        process.stderr.write(`redrive: the jobs queue refused a message: ${f.Code} ${f.Message ?? ''}\n`);
-      const retry = new Set((out.Failed ?? []).filter((f) => !f.SenderFault).map((f) => f.Id));
-      pending = pending.filter((p) => retry.has(p.id));
-    } catch (err) {
-      if (attempt === 5) throw explainAwsError(err, aws);
-    }
+/** Sends received DLQ messages to the jobs queue; returns the message ids that were sent. */
+async function sendToJobsQueue(aws: AwsContext, queueUrl: string, messages: Message[]): Promise<Set<string>> {
+  if (messages.length === 0) return new Set();
+  const byEntry = new Map(messages.map((m, i) => [`m${i}`, m]));
+  const result = await sendMessageBatchWithRetries(
+    aws,
+    queueUrl,
+    [...byEntry].map(([id, m]) => ({
+      Id: id,
+      MessageBody: m.Body ?? '',
+      MessageAttributes: attributesOf(m),
+    })),
+  );
+  for (const f of result.failed) {
+    const m = byEntry.get(f.id);
+    process.stderr.write(
+      `redrive: message ${m?.MessageId ?? f.id} not sent (${f.code}: ${f.message}); it stays in the DLQ\n`,
+    );
   }
-  return delivered;
+  return new Set(result.sent.map((id) => byEntry.get(id)?.MessageId ?? ''));
 }
 
 async function deleteWithRetries(aws: AwsContext, dlqUrl: string, messages: Message[]): Promise<void> {
