@@ -491,7 +491,10 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     });
   });
   const address = server.address() as AddressInfo;
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  // Bound to every interface: callers on this machine reach it over loopback.
+  const reachable =
+    address.address === '0.0.0.0' ? '127.0.0.1' : address.address === '::' ? '::1' : address.address;
+  const host = reachable.includes(':') ? `[${reachable}]` : reachable;
 
   const handle: CaptchaStandin = {
     url: `http://${host}:${address.port}`,
