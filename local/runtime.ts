@@ -564,13 +564,12 @@ class SqsPoller {
     const batchSize = Math.max(1, Math.min(m.BatchSize ?? 10, 10));
     const maximum = m.ScalingConfig?.MaximumConcurrency;
     const reserved = this.host.stats.reservedConcurrency;
-    const limit = enabled
-      ? Math.min(
-          reserved ?? Number.POSITIVE_INFINITY,
-          maximum ?? Number.POSITIVE_INFINITY,
-          this.runtime.unreservedLimit,
-        )
-      : 0;
+    // unreservedLimit stands in for the account's unreserved pool only when neither knob is set.
+    const limit = !enabled
+      ? 0
+      : reserved === undefined && maximum === undefined
+        ? this.runtime.unreservedLimit
+        : Math.min(reserved ?? Number.POSITIVE_INFINITY, maximum ?? Number.POSITIVE_INFINITY);
     this.reportBatchItemFailures = (m.FunctionResponseTypes ?? []).includes('ReportBatchItemFailures');
     const changed = limit !== this.stats.limit || enabled !== this.stats.enabled;
     Object.assign(this.stats, { enabled, batchSize, maximumConcurrency: maximum, limit });
