@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type CliStack, cliEnv, cliRuns, runCli, SECRET_NAME, startCliStack } from './cli-fixture.js';
@@ -5,6 +7,56 @@ import { type CliStack, cliEnv, cliRuns, runCli, SECRET_NAME, startCliStack } fr
 const FIRST_KEY = 'first-key-3e9d0c1a77b24f68a5d2';
 const SECOND_KEY = 'second-key-81fb2c4d6e0a93b715c';
 const ARGUMENT_KEY = 'argument-key-5a1c9e3f7b2d4068';
+const TYPED_KEY = 'typed-key-c4e8a2f60d1b9375e7';
+
+/**
+ * Runs the CLI on a pseudo-terminal (python3's pty module; python3 is already needed for
+ * moto), types the key read from this driver's stdin once the prompt shows, and prints
+ * everything the terminal displayed.
+ */
+const PTY_DRIVER = `
+import os, pty, select, sys, time
+key = sys.stdin.readline().strip()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+out, typed, deadline = b"", False, time.time() + 50
+while time.time() < deadline:
+    ready, _, _ = select.select([fd], [], [], 0.5)
+    if fd not in ready:
+        continue
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+    if not typed and b"input hidden" in out:
+        os.write(fd, key.encode() + b"\\r")
+        typed = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+sys.exit(os.waitstatus_to_exitcode(status))
+`;
+
+function runOnTerminal(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  typed: string,
+): Promise<{ code: number | null; screen: string }> {
+  const bin = fileURLToPath(new URL('../bin/threadgate.js', import.meta.url));
+  return new Promise((resolve, reject) => {
+    const child = spawn('python3', ['-c', PTY_DRIVER, process.execPath, bin, ...args], { env });
+    let screen = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => {
+      screen += chunk;
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, screen }));
+    child.stdin.end(`${typed}\n`);
+  });
+}
 
 let stack: CliStack;
 let secrets: SecretsManagerClient;
@@ -99,6 +151,18 @@ describe('threadgate secret set', () => {
     // Assess
     expect(run.code).toBe(0);
     expect(run.stdout).toContain('$ threadgate secret set < captchaai-key.txt');
+  });
+
+  it('prompts on a terminal and does not echo the typed key', async () => {
+    // Act
+    const run = await runOnTerminal(['secret', 'set'], cliEnv(stack.moto), TYPED_KEY);
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.screen).toContain('CaptchaAI API key (input hidden):');
+    expect(run.screen).toContain(`rotated secret ${SECRET_NAME}`);
+    expect(run.screen).not.toContain(TYPED_KEY);
+    expect(await storedKey(SECRET_NAME)).toBe(TYPED_KEY);
   });
 
   it('never echoes a key in any output', () => {

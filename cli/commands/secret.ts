@@ -59,11 +59,13 @@ export function registerSecret(program: Command): void {
           EXIT.usage,
         );
       }
+      // The key first: on a terminal the prompt (echo off) must come before anything slow,
+      // or keys typed ahead would be echoed by the terminal.
+      const key = await readKey();
       const aws = await awsContext(options);
       const secretName = options.secretName
         ? { name: options.secretName, note: undefined }
         : await secretNameFromStack(aws, options);
-      const key = await readKey();
       try {
         const result = await storeKey(aws, secretName.name, key);
         if (options.json) {
@@ -163,8 +165,9 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
 function promptHidden(prompt: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const stdin = process.stdin;
-    process.stderr.write(prompt);
+    // Echo off before the prompt shows: anything typed after seeing it is never displayed.
     stdin.setRawMode(true);
+    process.stderr.write(prompt);
     stdin.setEncoding('utf8');
     stdin.resume();
     let value = '';
