@@ -51,6 +51,22 @@ def _ignore(self, value):
 
 sqs_models.Queue.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
 
+# A queue created by CloudFormation gets moto's AWS-style URL (https://sqs.REGION.amazonaws.com/…)
+# as its Ref, so stack outputs and function environments carry a host that is not the emulator,
+# and the AWS SDK for JavaScript sends requests to a QueueUrl's own host unless the client sets
+# an explicit endpoint. Like LocalStack, hand out URLs on the emulator itself instead. (Queues
+# created through the SQS API already get the request's host.)
+_base_url = {"value": None}
+
+
+def _queue_url(self):
+    if _base_url["value"]:
+        return f"{_base_url['value']}/{self.account_id}/{self.name}"
+    return f"https://sqs.{self.region}.amazonaws.com/{self.account_id}/{self.name}"
+
+
+sqs_models.Queue.physical_resource_id = property(_queue_url)
+
 _dynamodb_write_lock = threading.RLock()
 
 
@@ -77,6 +93,7 @@ def main():
     server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
+    _base_url["value"] = "http://localhost:%d" % port
     sys.stdout.write(json.dumps({"port": port}) + "\n")
     sys.stdout.flush()
 
