@@ -87,6 +87,9 @@ describe('threadgate secret set', () => {
   });
 
   it('rotates an existing secret and says so in JSON with --json', async () => {
+    // Prepare
+    await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: FIRST_KEY });
+
     // Act
     const run = await runCli(['secret', 'set', '--json'], {
       env: cliEnv(stack.moto),
@@ -100,13 +103,16 @@ describe('threadgate secret set', () => {
   });
 
   it('refuses a key given as an argument without repeating it, and stores nothing', async () => {
+    // Prepare
+    await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: FIRST_KEY });
+
     // Act
     const run = await runCli(['secret', 'set', ARGUMENT_KEY], { env: cliEnv(stack.moto) });
 
     // Assess
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('read from standard input only');
-    expect(await storedKey(SECRET_NAME)).toBe(SECOND_KEY);
+    expect(await storedKey(SECRET_NAME)).toBe(FIRST_KEY);
   });
 
   it('refuses empty standard input', async () => {
@@ -160,7 +166,7 @@ describe('threadgate secret set', () => {
     // Assess
     expect(run.code).toBe(0);
     expect(run.screen).toContain('CaptchaAI API key (input hidden):');
-    expect(run.screen).toContain(`rotated secret ${SECRET_NAME}`);
+    expect(run.screen).toMatch(new RegExp(`(created|rotated) secret ${SECRET_NAME}`));
     expect(run.screen).not.toContain(TYPED_KEY);
     expect(await storedKey(SECRET_NAME)).toBe(TYPED_KEY);
   });
@@ -169,7 +175,7 @@ describe('threadgate secret set', () => {
     // Assess: every run of this file, including the refused argument.
     expect(cliRuns.length).toBeGreaterThanOrEqual(7);
     for (const run of cliRuns) {
-      for (const key of [FIRST_KEY, SECOND_KEY, ARGUMENT_KEY]) {
+      for (const key of [FIRST_KEY, SECOND_KEY, ARGUMENT_KEY, TYPED_KEY]) {
         expect(run.stdout).not.toContain(key);
         expect(run.stderr).not.toContain(key);
       }
