@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { registerEnqueue } from './enqueue.js';
+import { registerLocal } from './local.js';
 import { registerOutcomes } from './outcomes.js';
 import { registerPause } from './pause.js';
 import { registerRedrive } from './redrive.js';
@@ -26,4 +27,5 @@ export function registerCommands(program: Command): void {
   registerResume(program);
   registerRedrive(program);
   registerSecret(program);
+  registerLocal(program);
 }

@@ -1,0 +1,231 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import type { Command } from 'commander';
+import {
+  generatedRecords,
+  type LocalStack,
+  type RunProgress,
+  type RunSummary,
+  readRecordsFile,
+  runRecords,
+  sampleRecords,
+  startLocalStack,
+} from '../../local/local-stack.js';
+import { CliError, EXIT } from '../exit-codes.js';
+
+interface LocalOptions {
+  records?: string;
+  threads: string;
+  reserve: string;
+  timeScale: string;
+  json?: boolean;
+  keep?: boolean;
+  timeout: string;
+  freshSynth?: boolean;
+}
+
+function positiveInt(name: string, raw: string, min = 1): number {
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min)
+    throw new CliError(`--${name} must be a whole number >= ${min}, got "${raw}"`, EXIT.usage);
+  return n;
+}
+
+/** One status line: done/total, in flight vs cap vs plan threads, outcomes by status. */
+export function progressLine(p: RunProgress): string {
+  const outcomes = Object.entries(p.outcomes)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([status, n]) => `${status} ${n}`)
+    .join(', ');
+  const paused = p.paused ? ` | PAUSED: ${p.paused.reason ?? p.paused.code ?? 'no reason given'}` : '';
+  return (
+    `done ${p.done}/${p.total} (sent ${p.sent}) | in flight ${p.inFlight} / cap ${p.cap} / plan ${p.planThreads}` +
+    ` | ${outcomes || 'no outcomes yet'} | dlq ${p.dlq} | ${p.elapsedS.toFixed(1)} s${paused}`
+  );
+}
+
+export function summaryText(s: RunSummary): string {
+  const lines = [
+    `records        ${s.records}${s.complete ? '' : ' (not all finished)'}`,
+    `outcomes       ${
+      Object.entries(s.outcomes)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ') || 'none'
+    }`,
+    `dlq            ${s.dlq}${
+      Object.keys(s.dlq_reasons).length
+        ? ` (${Object.entries(s.dlq_reasons)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')})`
+        : ''
+    }`,
+    `captcha submits ${s.captcha_submits} (in.php, counted by the stand-in)`,
+    `max in flight  ${s.max_in_flight} (stand-in) with cap ${s.cap} of ${s.plan_threads} plan threads; ZERO_BALANCE answers ${s.zero_balance}`,
+    `worker runs    ${s.invocations}`,
+    `elapsed        ${s.elapsed_s} s (deploy ${s.deploy_s ?? '-'} s before that)`,
+    `logs           ${s.log_dir}`,
+  ];
+  if (s.paused)
+    lines.push(
+      `PAUSED         ${s.paused.reason ?? ''} (${s.paused.code ?? 'no code'}) by ${s.paused.by ?? '?'}`,
+    );
+  return lines.join('\n');
+}
+
+function keepText(stack: LocalStack): string {
+  const env = {
+    ...stack.awsEnv,
+    THREADGATE_STACK: stack.stackName,
+  };
+  return [
+    'The local stack keeps running. In another shell:',
+    ...Object.entries(env).map(([k, v]) => `  export ${k}=${v}`),
+    '  npx threadgate status        # then enqueue, outcomes, pause, resume, redrive …',
+    `CaptchaAI stand-in: ${stack.captcha.url} (control: POST ${stack.captcha.url}/control, e.g. {"threads":4})`,
+    `Target site stand-in: ${stack.site.url}/form/<record key> (sitekey ${stack.site.sitekey})`,
+    `Queue: ${stack.outputs.QueueUrl}`,
+    `Logs: ${stack.logDir}`,
+    'Ctrl-C stops everything.',
+  ].join('\n');
+}
+
+export function registerLocal(program: Command): void {
+  program
+    .command('local')
+    .description(
+      'Run threadgate on this machine: moto (AWS emulator), CaptchaAI and target-site stand-ins, the real CDK app deployed to moto, and a local Lambda runtime; then enqueue records and watch them finish.',
+    )
+    .option(
+      '--records <FILE|N>',
+      'a JSONL file whose lines are sent verbatim, or a number of generated records (default: a sample mix incl. a few bad records)',
+    )
+    .option('--threads <n>', 'plan threads of the CaptchaAI stand-in', '8')
+    .option('--reserve <n>', 'plan threads kept free; the cap is threads − reserve', '2')
+    .option(
+      '--time-scale <x>',
+      'multiplies CaptchaAI latencies, client waits and the one-minute adjuster rule',
+      '0.01',
+    )
+    .option('--json', 'print one JSON summary object on stdout')
+    .option(
+      '--keep',
+      'keep everything running afterwards and print the endpoints and environment for the CLI',
+    )
+    .option('--timeout <s>', 'give up waiting for outcomes after this many seconds', '900')
+    .option('--fresh-synth', 'synthesize the CDK app even when a cached assembly exists')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  npm run local                                  # sample records, 8 threads, reserve 2
+  npx threadgate local --records 500 --threads 20 --reserve 4
+  npx threadgate local --records jobs.jsonl --json
+  npx threadgate local --keep                    # then use the other commands against it
+
+Exit codes: 0 every record has an outcome or a DLQ entry; 3 the pipeline paused (stop-class
+CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no Docker.`,
+    )
+    .action(async (options: LocalOptions) => {
+      const threads = positiveInt('threads', options.threads);
+      const reserve = positiveInt('reserve', options.reserve, 0);
+      const timeScale = Number(options.timeScale);
+      if (!Number.isFinite(timeScale) || timeScale <= 0 || timeScale > 10) {
+        throw new CliError(
+          `--time-scale must be a number in (0, 10], got "${options.timeScale}"`,
+          EXIT.usage,
+        );
+      }
+      const timeoutS = positiveInt('timeout', options.timeout);
+      let fileRecords: string[] | undefined;
+      let generated: number | undefined;
+      if (options.records !== undefined) {
+        if (/^\d+$/.test(options.records)) generated = positiveInt('records', options.records);
+        else if (existsSync(options.records)) fileRecords = readRecordsFile(options.records);
+        else
+          throw new CliError(`--records: no such file "${options.records}" (or give a number)`, EXIT.usage);
+      }
+
+      const err = process.stderr;
+      const tty = err.isTTY === true;
+      const say = (line: string) => err.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
+      const aborter = new AbortController();
+      let stack: LocalStack | undefined;
+      let stopping: Promise<void> | undefined;
+      const stop = () => {
+        stopping ??= (async () => {
+          aborter.abort();
+          await stack?.stop();
+        })();
+        return stopping;
+      };
+      const onSignal = () => {
+        say('stopping every process started …');
+        void stop().then(() => process.exit(130));
+      };
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      try {
+        const started = Date.now();
+        stack = await startLocalStack({
+          threads,
+          reserve,
+          timeScale,
+          freshSynth: options.freshSynth,
+          onPhase: (m) => say(`… ${m}`),
+        });
+        if (aborter.signal.aborted) return;
+        const t = stack.deploy?.timings;
+        if (t) {
+          say(
+            `deployed ${stack.stackName} in ${(t.totalMs / 1000).toFixed(1)} s (synth ${t.synthCached ? 'cached' : `${(t.synthMs / 1000).toFixed(1)} s`}, bootstrap ${(t.bootstrapMs / 1000).toFixed(1)} s, deploy ${(t.deployMs / 1000).toFixed(1)} s; ${((Date.now() - started) / 1000).toFixed(1)} s with startup)`,
+          );
+        }
+        const prefix = `local-${randomBytes(3).toString('hex')}`;
+        const bodies =
+          fileRecords ??
+          (generated !== undefined
+            ? generatedRecords(stack.site.url, stack.site.sitekey, generated, prefix)
+            : sampleRecords(stack.site.url, stack.site.sitekey, prefix));
+        say(
+          `enqueuing ${bodies.length} records (cap ${Math.max(0, threads - reserve)}, plan ${threads} threads)`,
+        );
+        let lastPlain = 0;
+        const summary = await runRecords(stack, bodies, {
+          signal: aborter.signal,
+          timeoutMs: timeoutS * 1000,
+          onProgress: (p) => {
+            if (tty) err.write(`\r\x1b[2K${progressLine(p)}`);
+            else if (Date.now() - lastPlain >= 2000) {
+              lastPlain = Date.now();
+              err.write(`${progressLine(p)}\n`);
+            }
+          },
+        });
+        if (tty) err.write('\r\x1b[2K');
+        if (aborter.signal.aborted) return;
+        if (options.json) process.stdout.write(`${JSON.stringify(summary)}\n`);
+        else process.stdout.write(`${summaryText(summary)}\n`);
+        if (summary.paused) {
+          say(
+            `The pipeline paused on a stop-class CaptchaAI error; records wait in the queue. Fix the cause, then \`threadgate resume\` and \`threadgate redrive\`${options.keep ? '' : ' (run with --keep to do that here)'}.`,
+          );
+        }
+        if (options.keep) {
+          say(keepText(stack));
+          await new Promise<void>((resolve) => aborter.signal.addEventListener('abort', () => resolve()));
+          return;
+        }
+        if (summary.paused) process.exitCode = EXIT.stop;
+        else if (!summary.complete) {
+          process.exitCode = EXIT.failure;
+          say(
+            `gave up after ${timeoutS} s with ${summary.records} records not all finished; see ${summary.log_dir}`,
+          );
+        }
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        await stop();
+      }
+    });
+}
