@@ -1,7 +1,8 @@
 import { createServer } from 'node:net';
+import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MotoServer, startMoto } from '../local/moto.js';
-import { cliEnv, createStack, runCli, STACK_NAME } from './cli-fixture.js';
+import { cliEnv, clientConfigFor, createStack, runCli, STACK_NAME } from './cli-fixture.js';
 
 let moto: MotoServer;
 
@@ -15,6 +16,16 @@ async function closedPort(): Promise<number> {
   return address.port;
 }
 
+/** Creates the test stack unless it is there already. */
+async function ensureStack(): Promise<void> {
+  const cfn = new CloudFormationClient(clientConfigFor(moto));
+  const exists = await cfn.send(new DescribeStacksCommand({ StackName: STACK_NAME })).then(
+    () => true,
+    () => false,
+  );
+  if (!exists) await createStack(moto);
+}
+
 beforeAll(async () => {
   moto = await startMoto();
 });
@@ -25,6 +36,9 @@ afterAll(async () => {
 
 describe('finding the stack', () => {
   it('says how to deploy when no stack is there at all', async () => {
+    // Prepare: an empty emulator.
+    await fetch(`${moto.endpoint}/moto-api/reset`, { method: 'POST' });
+
     // Act
     const run = await runCli(['status'], { env: cliEnv(moto) });
 
@@ -37,7 +51,7 @@ describe('finding the stack', () => {
 
   it('names the threadgate stacks that are there when --stack names another', async () => {
     // Prepare
-    await createStack(moto);
+    await ensureStack();
 
     // Act
     const run = await runCli(['outcomes', '--stack', 'Elsewhere'], { env: cliEnv(moto) });
@@ -50,6 +64,7 @@ describe('finding the stack', () => {
 
   it('takes the endpoint from --endpoint-url and the stack from --stack', async () => {
     // Prepare
+    await ensureStack();
     const env = cliEnv(moto);
     delete env.AWS_ENDPOINT_URL;
     delete env.THREADGATE_STACK;
