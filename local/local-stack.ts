@@ -214,6 +214,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         timeScale,
         redact: [apiKey],
         codeCacheDir: join(REPO_ROOT, '.local-stack', 'code'),
+        prewarm: true,
         onEvent: options.onRuntimeEvent,
       });
       const started = runtime;

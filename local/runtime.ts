@@ -82,6 +82,13 @@ export interface LocalRuntimeOptions {
   receiveWaitSeconds?: number;
   /** A mapping read older than this is refreshed before the next receive, in ms. @default 100 */
   stateMaxAgeMs?: number;
+  /**
+   * Start (and init) every execution environment the deployed concurrency allows before
+   * polling begins, like provisioned concurrency: the first wave of records then does not
+   * share the CPU with a burst of cold starts (seconds each for a large bundle on a loaded
+   * two-core machine). Environments that time out or crash are replaced by cold ones. @default false
+   */
+  prewarm?: boolean;
   /** Called for configuration changes and invocation failures (the CLI shows some of them). */
   onEvent?: (event: RuntimeEvent) => void;
 }
@@ -318,6 +325,10 @@ class ExecutionEnvironment {
     );
   }
 
+  async whenReady(): Promise<void> {
+    await this.ready;
+  }
+
   /**
    * Runs one invocation. The init phase (loading the module) is not part of the function
    * timeout, as in Lambda; on a loaded two-core machine a cold start of a large bundle can
@@ -445,6 +456,18 @@ class FunctionHost {
   hasCapacity(): boolean {
     const reserved = this.stats.reservedConcurrency;
     return reserved === undefined || this.stats.inFlight < reserved;
+  }
+
+  /** Starts `count` idle environments and waits for their init phase (see LocalRuntimeOptions.prewarm). */
+  async prewarm(count: number): Promise<void> {
+    const fn = this.fn;
+    if (!fn) return;
+    const fresh = Array.from(
+      { length: Math.max(0, count - this.idle.length) },
+      () => new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log),
+    );
+    await Promise.all(fresh.map((e) => e.whenReady()));
+    this.idle.push(...fresh.filter((e) => !e.dead));
   }
 
   async invoke(event: unknown): Promise<InvokeResult> {
@@ -863,7 +886,7 @@ export class LocalRuntime {
   /** Reads the deployed configuration, loads the functions' code and starts polling and scheduling. */
   static async start(options: LocalRuntimeOptions): Promise<LocalRuntime> {
     const runtime = new LocalRuntime(options);
-    await runtime.refresh();
+    await runtime.refresh(options.prewarm ?? false);
     runtime.scheduleRefresh();
     return runtime;
   }
@@ -903,14 +926,14 @@ export class LocalRuntime {
   }
 
   /** Re-reads mappings, functions and rules now (also runs every `refreshMs`). */
-  refresh(): Promise<void> {
-    this.refreshing ??= this.doRefresh().finally(() => {
+  refresh(prewarm = false): Promise<void> {
+    this.refreshing ??= this.doRefresh(prewarm).finally(() => {
       this.refreshing = undefined;
     });
     return this.refreshing;
   }
 
-  private async doRefresh(): Promise<void> {
+  private async doRefresh(prewarm = false): Promise<void> {
     const mappings: EventSourceMappingConfiguration[] = [];
     let marker: string | undefined;
     do {
@@ -940,6 +963,27 @@ export class LocalRuntime {
     for (const m of sqsMappings) this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
     for (const { targets } of rules) for (const t of targets) this.ensureHost(t.Arn?.split(':')[6] ?? '');
     await Promise.all([...this.hosts.values()].map((h) => h.refresh()));
+
+    if (prewarm) {
+      // Init every environment the pollers may use (and one per scheduled target) before polling starts.
+      const wanted = new Map<FunctionHost, number>();
+      for (const m of sqsMappings) {
+        const host = this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
+        const mapping = await this.lambda.send(new GetEventSourceMappingCommand({ UUID: m.UUID }));
+        const limit = Math.min(
+          host.stats.reservedConcurrency ?? this.unreservedLimit,
+          mapping.ScalingConfig?.MaximumConcurrency ?? this.unreservedLimit,
+        );
+        wanted.set(host, (wanted.get(host) ?? 0) + limit);
+      }
+      for (const { targets } of rules) {
+        for (const t of targets) {
+          const host = this.ensureHost(t.Arn?.split(':')[6] ?? '');
+          wanted.set(host, Math.max(1, wanted.get(host) ?? 0));
+        }
+      }
+      await Promise.all([...wanted].map(([host, count]) => host.prewarm(count)));
+    }
 
     for (const m of sqsMappings) {
       const uuid = m.UUID ?? '';

@@ -1,0 +1,125 @@
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { GetFunctionConcurrencyCommand } from '@aws-sdk/client-lambda';
+import {
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+} from '@aws-sdk/client-sqs';
+import { REPO_ROOT } from '../../local/deploy.js';
+import {
+  FINAL_STATUSES,
+  type LocalStack,
+  type OutcomeRow,
+  queueDepth,
+  readOutcomes,
+  startLocalStack,
+} from '../../local/local-stack.js';
+
+/**
+ * Shared pieces of the end-to-end suites: one deployed stack per test file (moto + the real
+ * CDK app + the local runtime + both stand-ins), or, with THREADGATE_E2E_TARGET=localstack, a
+ * stack already deployed to LocalStack (see README "LocalStack"). The tests observe the system
+ * only through AWS APIs and the stand-ins, so they run unchanged against either.
+ *
+ * Every file deploys with the same settings so the synthesized assembly is shared (cached).
+ */
+// 0.02: CaptchaAI's 120 s client deadline becomes 2.4 s, enough headroom for a busy two-core
+// machine (event-loop stalls do not scale); solves take 0.1-1.2 s.
+export const E2E = { threads: 8, reserve: 2, timeScale: 0.02 } as const;
+export const CAP = E2E.threads - E2E.reserve;
+
+export function startE2eStack(name: string): Promise<LocalStack> {
+  return startLocalStack({
+    ...E2E,
+    logDir: join(REPO_ROOT, '.local-stack', 'e2e', `${name}-${randomBytes(3).toString('hex')}`),
+  });
+}
+
+/** A record-key prefix no other test (or earlier LocalStack run) uses. */
+export function uniquePrefix(name: string): string {
+  return `${name}-${randomBytes(3).toString('hex')}`;
+}
+
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  { timeoutMs = 120_000, intervalMs = 250 } = {},
+): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+/** Outcome rows of the given keys. */
+export async function outcomesOf(
+  stack: LocalStack,
+  keys: Iterable<string>,
+): Promise<Map<string, OutcomeRow>> {
+  const wanted = new Set(keys);
+  const rows = new Map<string, OutcomeRow>();
+  for (const row of await readOutcomes(stack)) if (wanted.has(row.record_key)) rows.set(row.record_key, row);
+  return rows;
+}
+
+export function isFinal(row: OutcomeRow | undefined): boolean {
+  return row !== undefined && (FINAL_STATUSES as readonly string[]).includes(row.status);
+}
+
+export async function finalCount(stack: LocalStack, keys: Iterable<string>): Promise<number> {
+  return [...(await outcomesOf(stack, keys)).values()].filter(isFinal).length;
+}
+
+/** DLQ messages in the DLQ now (visible or being read). */
+export async function dlqCount(stack: LocalStack): Promise<number> {
+  const d = await queueDepth(stack, stack.outputs.DlqUrl);
+  return d.visible + d.inFlight;
+}
+
+/**
+ * Moves every DLQ message back to the jobs queue by receive → send → delete (moto lacks
+ * StartMessageMoveTask; `threadgate redrive` does the same there). Returns how many moved.
+ */
+export async function redriveByHand(stack: LocalStack): Promise<number> {
+  let moved = 0;
+  for (;;) {
+    const out = await stack.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        MaxNumberOfMessages: 10,
+        VisibilityTimeout: 30,
+      }),
+    );
+    const messages = out.Messages ?? [];
+    if (messages.length === 0) return moved;
+    await stack.sqs.send(
+      new SendMessageBatchCommand({
+        QueueUrl: stack.outputs.QueueUrl,
+        Entries: messages.map((m, i) => ({ Id: String(i), MessageBody: m.Body ?? '' })),
+      }),
+    );
+    await stack.sqs.send(
+      new DeleteMessageBatchCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
+      }),
+    );
+    moved += messages.length;
+  }
+}
+
+/** The cap in force now, read back from the deployed mapping and reserved concurrency. */
+export async function deployedCap(stack: LocalStack): Promise<number> {
+  const mapping = await stack.control.readMapping();
+  const reserved = await stack.lambda.send(
+    new GetFunctionConcurrencyCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
+  );
+  if (!mapping.enabled) return 0;
+  return Math.min(
+    mapping.maximumConcurrency ?? Number.POSITIVE_INFINITY,
+    reserved.ReservedConcurrentExecutions ?? Number.POSITIVE_INFINITY,
+  );
+}
