@@ -51,7 +51,7 @@ export function registerResume(program: Command): void {
           } catch (err) {
             if (err instanceof StopClassError) {
               throw new CliError(
-                `not resuming: CaptchaAI (${access.baseUrl}) still answers ${err.code}: ${err.message}. ` +
+                `not resuming: ${err.message} (threadsinfo at ${access.baseUrl}). ` +
                   'Fix the cause first (a new key: `threadgate secret set`; an IP ban lifts after about 5 minutes), ' +
                   'then run `threadgate resume` again, or resume anyway with --force.',
                 EXIT.stop,
