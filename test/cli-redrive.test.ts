@@ -1,13 +1,18 @@
 import {
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
+  ListMessageMoveTasksCommand,
   type Message,
   PurgeQueueCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
   SQSClient,
+  StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
+import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { redrive } from '../cli/commands/redrive.js';
+import { awsContext } from '../cli/stack.js';
 import { type CliStack, cliEnv, runCli, startCliStack } from './cli-fixture.js';
 
 let stack: CliStack;
@@ -170,5 +175,94 @@ describe('threadgate redrive', () => {
     // Assess
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('--max must be a positive integer');
+  });
+});
+
+describe('redrive where SQS has StartMessageMoveTask (AWS)', () => {
+  const queues = {
+    dlqUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/dlq',
+    queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs',
+    queueArn: 'arn:aws:sqs:eu-west-1:123456789012:jobs',
+    max: undefined,
+  };
+  const dlqArn = 'arn:aws:sqs:eu-west-1:123456789012:dlq';
+
+  async function mockedAws() {
+    const aws = await awsContext({ region: 'eu-west-1' }, {});
+    const sqsMock = mockClient(aws.clients.sqs);
+    sqsMock
+      .on(GetQueueAttributesCommand)
+      .resolves({ Attributes: { QueueArn: dlqArn, ApproximateNumberOfMessages: '40' } });
+    return { aws, sqsMock };
+  }
+
+  it('starts a move task from the DLQ to the jobs queue and follows it to completion', async () => {
+    // Prepare
+    const { aws, sqsMock } = await mockedAws();
+    sqsMock.on(StartMessageMoveTaskCommand).resolves({ TaskHandle: 'handle-1' });
+    sqsMock
+      .on(ListMessageMoveTasksCommand)
+      .resolvesOnce({
+        Results: [
+          { Status: 'RUNNING', ApproximateNumberOfMessagesMoved: 10, ApproximateNumberOfMessagesToMove: 40 },
+        ],
+      })
+      .resolves({
+        Results: [
+          {
+            Status: 'COMPLETED',
+            ApproximateNumberOfMessagesMoved: 40,
+            ApproximateNumberOfMessagesToMove: 40,
+          },
+        ],
+      });
+
+    // Act
+    const result = await redrive(aws, queues, { pollMs: 1 });
+
+    // Assess
+    expect(result).toEqual({ method: 'StartMessageMoveTask', moved: 40, failed: 0, taskHandle: 'handle-1' });
+    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)[0]?.args[0].input).toEqual({
+      SourceArn: dlqArn,
+      DestinationArn: queues.queueArn,
+    });
+    expect(sqsMock.commandCalls(ReceiveMessageCommand)).toHaveLength(0);
+  });
+
+  it('follows a move task that is already running instead of moving by hand', async () => {
+    // Prepare
+    const { aws, sqsMock } = await mockedAws();
+    sqsMock
+      .on(StartMessageMoveTaskCommand)
+      .rejects(Object.assign(new Error('a task is already running'), { name: 'UnsupportedOperation' }));
+    sqsMock
+      .on(ListMessageMoveTasksCommand)
+      .resolvesOnce({
+        Results: [{ Status: 'RUNNING', TaskHandle: 'earlier', ApproximateNumberOfMessagesMoved: 5 }],
+      })
+      .resolves({
+        Results: [{ Status: 'COMPLETED', TaskHandle: 'earlier', ApproximateNumberOfMessagesMoved: 40 }],
+      });
+
+    // Act
+    const result = await redrive(aws, queues, { pollMs: 1 });
+
+    // Assess
+    expect(result).toMatchObject({ method: 'StartMessageMoveTask', moved: 40, taskHandle: 'earlier' });
+    expect(sqsMock.commandCalls(ReceiveMessageCommand)).toHaveLength(0);
+  });
+
+  it('says how many moved and to run again when the task fails', async () => {
+    // Prepare
+    const { aws, sqsMock } = await mockedAws();
+    sqsMock.on(StartMessageMoveTaskCommand).resolves({ TaskHandle: 'handle-2' });
+    sqsMock.on(ListMessageMoveTasksCommand).resolves({
+      Results: [{ Status: 'FAILED', ApproximateNumberOfMessagesMoved: 12, FailureReason: 'AccessDenied' }],
+    });
+
+    // Act + Assess
+    await expect(redrive(aws, queues, { pollMs: 1 })).rejects.toThrow(
+      /move task failed after 12 messages: AccessDenied; run `threadgate redrive` again/,
+    );
   });
 });

@@ -74,9 +74,11 @@ export function registerRedrive(program: Command): void {
     });
 }
 
-async function redrive(
+/** Moves DLQ messages to the jobs queue; exported for tests of the StartMessageMoveTask path. */
+export async function redrive(
   aws: AwsContext,
   q: { dlqUrl: string; queueUrl: string; queueArn: string; max: number | undefined },
+  o: { pollMs?: number } = {},
 ): Promise<RedriveResult> {
   const dlq = await aws.clients.sqs.send(
     new GetQueueAttributesCommand({
@@ -89,7 +91,7 @@ async function redrive(
   if (!dlqArn) throw new CliError(`cannot read the DLQ's ARN from ${q.dlqUrl}`, EXIT.failure);
   if (q.max === undefined) {
     const task = await startMoveTask(aws, dlqArn, q.queueArn);
-    if (task) return await followMoveTask(aws, dlqArn, task, waiting);
+    if (task !== undefined) return await followMoveTask(aws, dlqArn, task, waiting, o.pollMs ?? 2000);
   }
   return await moveByHand(aws, q.dlqUrl, q.queueUrl, waiting, q.max);
 }
@@ -143,6 +145,7 @@ async function followMoveTask(
   sourceArn: string,
   handle: string,
   waiting: number,
+  pollMs: number,
 ): Promise<RedriveResult> {
   const progress = new Progress({ label: 'redrive', unit: 'messages', total: waiting });
   for (;;) {
@@ -166,7 +169,7 @@ async function followMoveTask(
         EXIT.transient,
       );
     }
-    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await new Promise((resolve) => setTimeout(resolve, pollMs));
   }
 }
 
