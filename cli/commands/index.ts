@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { registerBench } from './bench.js';
 import { registerEnqueue } from './enqueue.js';
 import { registerLocal } from './local.js';
 import { registerOutcomes } from './outcomes.js';
@@ -27,5 +28,6 @@ export function registerCommands(program: Command): void {
   registerResume(program);
   registerRedrive(program);
   registerSecret(program);
+  registerBench(program);
   registerLocal(program);
 }

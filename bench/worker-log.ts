@@ -1,0 +1,135 @@
+/**
+ * Reads the local runtime's function log (`<logDir>/<function>.log`): one line per entry,
+ * `<ISO time> <environment id> <text>`, where the text is the runtime's own
+ * `START RequestId: …` / `END RequestId: … Duration: N ms` / `ERROR …` line or a line the
+ * function printed (the worker's Powertools JSON). Joins them per invocation by request id.
+ */
+
+export interface OutcomeLine {
+  status: string;
+  recordKey?: string;
+  captchaType?: string;
+  /** Epoch ms of the line. */
+  at: number;
+  /** The worker's per-record timings (functions/worker.ts RecordTiming), wall-clock ms. */
+  totalMs?: number;
+  claimMs?: number;
+  targetMs?: number;
+  solveMs?: number;
+  finishMs?: number;
+}
+
+export interface Invocation {
+  requestId: string;
+  environment: string;
+  /**
+   * The first invocation of its execution environment: it creates the SDK clients, reads the
+   * secret and opens connections; in an environment that was not prewarmed it also loads the code.
+   */
+  firstInEnvironment: boolean;
+  startedAt?: number;
+  endedAt?: number;
+  durationMs?: number;
+  /** The runtime's ERROR line (e.g. `Sandbox.Timedout: …`). */
+  error?: string;
+  outcome?: OutcomeLine;
+}
+
+const PREFIX = /^(\S+) (\S+) (.*)$/;
+const START = /^START RequestId: (\S+)/;
+const END = /^END RequestId: (\S+) Duration: (\d+(?:\.\d+)?) ms/;
+
+function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+/** Invocations in order of their START line; lines of other shapes are ignored. */
+export function parseFunctionLog(text: string): Invocation[] {
+  const byId = new Map<string, Invocation>();
+  // The runtime's ERROR line names no request id; it belongs to the environment's open invocation.
+  const openByEnv = new Map<string, string>();
+  const get = (requestId: string, environment: string) => {
+    let inv = byId.get(requestId);
+    if (!inv) {
+      inv = { requestId, environment, firstInEnvironment: false };
+      byId.set(requestId, inv);
+    }
+    return inv;
+  };
+  for (const line of text.split('\n')) {
+    const m = PREFIX.exec(line);
+    if (!m) continue;
+    const at = Date.parse(m[1] as string);
+    const env = m[2] as string;
+    const rest = m[3] as string;
+    const start = START.exec(rest);
+    if (start) {
+      get(start[1] as string, env).startedAt = at;
+      openByEnv.set(env, start[1] as string);
+      continue;
+    }
+    const end = END.exec(rest);
+    if (end) {
+      const inv = get(end[1] as string, env);
+      inv.endedAt = at;
+      inv.durationMs = Number(end[2]);
+      if (openByEnv.get(env) === end[1]) openByEnv.delete(env);
+      continue;
+    }
+    if (rest.startsWith('ERROR ')) {
+      const open = openByEnv.get(env);
+      if (open) get(open, env).error = rest.slice(6);
+      continue;
+    }
+    if (!rest.startsWith('{')) continue;
+    let json: Record<string, unknown>;
+    try {
+      json = JSON.parse(rest) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    if (json.message !== 'outcome' || typeof json.function_request_id !== 'string') continue;
+    const stamp = typeof json.timestamp === 'string' ? Date.parse(json.timestamp) : Number.NaN;
+    get(json.function_request_id, env).outcome = {
+      status: String(json.status),
+      recordKey: typeof json.recordKey === 'string' ? json.recordKey : undefined,
+      captchaType: typeof json.captchaType === 'string' ? json.captchaType : undefined,
+      at: Number.isFinite(stamp) ? stamp : at,
+      totalMs: num(json.total_ms),
+      claimMs: num(json.claim_ms),
+      targetMs: num(json.target_ms),
+      solveMs: num(json.solve_ms),
+      finishMs: num(json.finish_ms),
+    };
+  }
+  const ordered = [...byId.values()].sort((a, b) => (a.startedAt ?? 0) - (b.startedAt ?? 0));
+  const seen = new Set<string>();
+  for (const inv of ordered) {
+    inv.firstInEnvironment = inv.startedAt !== undefined && !seen.has(inv.environment);
+    if (inv.startedAt !== undefined) seen.add(inv.environment);
+  }
+  return ordered;
+}
+
+/**
+ * Time an invocation spent outside the solve and the target's HTTP: its duration minus the
+ * worker's solve_ms and target_ms. Undefined without both the END line and the timings.
+ */
+export function overheadMs(inv: Invocation): number | undefined {
+  const o = inv.outcome;
+  if (inv.durationMs === undefined || o?.solveMs === undefined || o.targetMs === undefined) return undefined;
+  return Math.max(0, inv.durationMs - o.solveMs - o.targetMs);
+}
+
+/**
+ * The invocation's duration at time scale 1. Only CaptchaAI's waits are scaled (the client
+ * multiplies them); the rest (AWS calls, target HTTP, start-up) runs in real time. So the solve
+ * part is divided by the scale and the rest kept. Without timings (a timed-out or failed
+ * invocation) the whole duration is treated as scaled, which overstates it.
+ */
+export function unscaledDurationMs(inv: Invocation, timeScale: number): number | undefined {
+  if (inv.durationMs === undefined) return undefined;
+  const solve = inv.outcome?.solveMs;
+  if (solve === undefined) return inv.durationMs / timeScale;
+  return inv.durationMs - solve + solve / timeScale;
+}

@@ -1,0 +1,95 @@
+import { type Command, InvalidArgumentError } from 'commander';
+import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
+import { CliError, EXIT } from '../exit-codes.js';
+import { parseCount, parsePositive } from './solve.js';
+
+interface BenchCommandOptions {
+  threads: number;
+  reserve: number;
+  records: number;
+  timeScale: number;
+  maxQueued?: number;
+  outDir?: string;
+  name?: string;
+  baseline: boolean;
+  json?: boolean;
+}
+
+function parseAtLeastOne(raw: string): number {
+  const n = parseCount(raw);
+  if (n < 1) throw new InvalidArgumentError('must be an integer >= 1');
+  return n;
+}
+
+function parseScale(raw: string): number {
+  const n = parsePositive(raw);
+  if (n > 1) throw new InvalidArgumentError('must be within (0, 1]');
+  return n;
+}
+
+/** `threadgate bench` (`npm run bench`): the benchmark on the local stack, see bench/run.ts. */
+export function registerBench(program: Command): void {
+  program
+    .command('bench')
+    .description(
+      'Benchmark the local stack: plan-thread efficiency and utilization under the cap, per-record overhead, Lambda GB-s and AWS vs CaptchaAI cost per 1,000 solves, then an uncapped baseline. Writes bench/results/<name>.json and .svg; prints a table (progress on stderr).',
+    )
+    .option(
+      '--threads <n>',
+      'plan threads of the CaptchaAI stand-in',
+      parseAtLeastOne,
+      BENCH_DEFAULTS.threads,
+    )
+    .option(
+      '--reserve <n>',
+      'plan threads kept free (cap = threads − reserve)',
+      parseCount,
+      BENCH_DEFAULTS.reserve,
+    )
+    .option('--records <n>', 'records to solve', parseAtLeastOne, BENCH_DEFAULTS.records)
+    .option(
+      '--time-scale <factor>',
+      "multiply CaptchaAI's latencies and the client's waits (0.2 = five times as fast)",
+      parseScale,
+      BENCH_DEFAULTS.timeScale,
+    )
+    .option(
+      '--max-queued <n>',
+      'messages the feeder keeps visible in the queue (default 2 × cap)',
+      parseAtLeastOne,
+    )
+    .option('--out-dir <dir>', 'where the JSON and SVG go (default bench/results)')
+    .option('--name <name>', 'file name without extension (default <UTC time>-t<threads>-n<records>)')
+    .option('--no-baseline', 'skip the uncapped baseline')
+    .option('--json', 'print the JSON report instead of the table')
+    .addHelpText(
+      'after',
+      `
+A default run (20 threads, 1,000 records, time scale 0.2) takes about 8 minutes on a
+2-core machine. Exit code 1 when the capped run breaks an invariant (in flight above the
+cap, a ZERO_BALANCE answer) or does not finish.
+
+Examples:
+  npm run bench
+  npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline`,
+    )
+    .action(async (opts: BenchCommandOptions) => {
+      if (opts.reserve >= opts.threads) {
+        throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
+      }
+      const report = await runBench({
+        threads: opts.threads,
+        reserve: opts.reserve,
+        records: opts.records,
+        timeScale: opts.timeScale,
+        maxQueued: opts.maxQueued,
+        outDir: opts.outDir,
+        name: opts.name,
+        baseline: opts.baseline,
+        log: (line) => process.stderr.write(`${line}\n`),
+      });
+      process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+      const broken = report.max_in_flight > report.cap || report.zero_balance > 0 || !report.complete;
+      process.exitCode = broken ? EXIT.failure : EXIT.ok;
+    });
+}
