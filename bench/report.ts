@@ -81,7 +81,7 @@ export function formatReport(r: BenchReport): string {
     ...Object.entries(r.emulator_latency_ms).map(([name, v]): [string, string, string] => [
       `emulator ${name} p50/p95/p99`,
       `${ms(v.p50)} / ${ms(v.p95)} / ${ms(v.p99)}`,
-      `${v.count} calls, measured beside the run`,
+      `${v.count} calls, ${v.over_1s} over 1 s`,
     ]),
     ['slot cycle per record (steady)', ms(t.cycle), 'wall; = the parts below'],
     [

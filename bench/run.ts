@@ -140,7 +140,18 @@ export interface BenchReport {
     first_submit_after_s: number | null;
     note: string;
   };
-  emulator_latency_ms: Record<string, Pct & { count: number }>;
+  emulator_latency_ms: Record<string, Pct & { count: number; over_1s: number }>;
+  /** One row per second of the capped run, for re-plotting and for finding stalls. */
+  timeline: {
+    t: number;
+    in_flight: number | null;
+    invocations: number | null;
+    cap: number;
+    plan_threads: number;
+    completed: number;
+    queued: number | null;
+    emulator_slowest_ms: number | null;
+  }[];
   time_per_record_per_slot_ms: {
     cycle: number | null;
     captcha_thread_held: number | null;
@@ -206,24 +217,36 @@ class EmulatorProbe {
     ssm_get_parameter: [],
     sqs_get_queue_attributes: [],
   };
+  /** Per probe round: seconds since the run started, the slowest call's ms, the visible queue depth. */
+  readonly rounds: { t: number; slowestMs: number; queued: number | undefined }[] = [];
   private stopped = false;
   private loop: Promise<void> | undefined;
   paused = false;
 
-  constructor(private readonly stack: LocalStack) {}
+  constructor(
+    private readonly stack: LocalStack,
+    private readonly origin: number,
+  ) {}
 
-  start(periodMs = 500): void {
-    const time = async (name: string, call: () => Promise<unknown>) => {
+  start(periodMs = 1000): void {
+    let slowest = 0;
+    const time = async <T>(name: string, call: () => Promise<T>): Promise<T | undefined> => {
       const t = performance.now();
       try {
-        await call();
-        this.samples[name]?.push(performance.now() - t);
+        const out = await call();
+        const ms = performance.now() - t;
+        this.samples[name]?.push(ms);
+        slowest = Math.max(slowest, ms);
+        return out;
       } catch {
         // A failed probe says nothing about latency.
+        return undefined;
       }
     };
     this.loop = (async () => {
       while (!this.stopped) {
+        slowest = 0;
+        const t = (performance.now() - this.origin) / 1000;
         await time('dynamodb_get_item', () =>
           this.stack.documents.send(
             new GetCommand({ TableName: this.stack.outputs.TableName, Key: { record_key: 'bench-probe' } }),
@@ -232,7 +255,10 @@ class EmulatorProbe {
         await time('ssm_get_parameter', async () => {
           this.paused = (await this.stack.control.readState()).paused;
         });
-        await time('sqs_get_queue_attributes', () => queueDepth(this.stack, this.stack.outputs.QueueUrl));
+        const depth = await time('sqs_get_queue_attributes', () =>
+          queueDepth(this.stack, this.stack.outputs.QueueUrl),
+        );
+        this.rounds.push({ t, slowestMs: slowest, queued: depth?.visible });
         await sleep(periodMs);
       }
     })();
@@ -339,7 +365,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         planThreads: s.threads,
       });
     }, sampleMs);
-    const probe = new EmulatorProbe(stack);
+    const probe = new EmulatorProbe(stack, runT0);
     probe.start();
     let sendCalls = 0;
     let lastSent = 0;
@@ -429,6 +455,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       series,
       invocations,
       probe: probe.samples,
+      probeRounds: probe.rounds,
       standin: {
         maxInFlight: standinStats.maxInFlight,
         zeroBalance: standinStats.zeroBalance,
@@ -480,6 +507,7 @@ interface BuildInput {
   series: ChartPoint[];
   invocations: Invocation[];
   probe: Record<string, number[]>;
+  probeRounds: { t: number; slowestMs: number; queued: number | undefined }[];
   standin: { maxInFlight: number; zeroBalance: number; threads: number };
   runSummary: RunSummary;
   sqs: { sendCalls: number; received: number; deleted: number };
@@ -595,14 +623,14 @@ function buildReport(i: BuildInput): BenchReport {
       )
     : Number.NaN;
 
-  const emulator: Record<string, Pct & { count: number }> = {};
-  for (const [name, values] of Object.entries(i.probe)) {
-    emulator[name] = { ...pct(summarize(values)), count: values.length };
-  }
-  emulator.dynamodb_update_item_in_worker = {
-    ...pct(summarize([...claims, ...finishes])),
-    count: claims.length + finishes.length,
-  };
+  const emulator: Record<string, Pct & { count: number; over_1s: number }> = {};
+  const latency = (values: number[]) => ({
+    ...pct(summarize(values)),
+    count: values.length,
+    over_1s: values.filter((v) => v > 1000).length,
+  });
+  for (const [name, values] of Object.entries(i.probe)) emulator[name] = latency(values);
+  emulator.dynamodb_update_item_in_worker = latency([...claims, ...finishes]);
 
   const files = { json: join(i.outDir, `${i.name}.json`), svg: join(i.outDir, `${i.name}.svg`) };
   const outcomeEvents = withOutcome.map((inv) => ({
@@ -701,6 +729,7 @@ function buildReport(i: BuildInput): BenchReport {
       note: 'per record, warm invocations: invocation duration − solve − target HTTP (page load + POST), in real milliseconds (AWS calls are not time-scaled): the pipeline-state read (SSM), validation, allowlist check, the DynamoDB claim and final write, metrics flush. first_invocations: the same for each execution environment’s first invocation (SDK clients, secret, first connections; the local stack prewarms environments, so code loading is not in it unless an environment was replaced)',
     },
     emulator_latency_ms: emulator,
+    timeline: perSecond(i.series, completions, i.probeRounds),
     time_per_record_per_slot_ms: {
       cycle: round(cycleMs, 0),
       captcha_thread_held: round(heldMs, 0),
@@ -767,6 +796,32 @@ function buildReport(i: BuildInput): BenchReport {
     log_dir: i.logDir,
     files,
   };
+}
+
+/** The sampled series, completions and probe rounds per second of the run. */
+function perSecond(
+  series: readonly ChartPoint[],
+  completions: readonly number[],
+  rounds: readonly { t: number; slowestMs: number; queued: number | undefined }[],
+): BenchReport['timeline'] {
+  const end = Math.ceil(Math.max(0, ...series.map((p) => p.t), ...completions));
+  const rows: BenchReport['timeline'] = [];
+  for (let t = 0; t < end; t++) {
+    const inSecond = series.filter((p) => p.t >= t && p.t < t + 1);
+    const round_ = rounds.filter((r) => r.t >= t && r.t < t + 1);
+    const last = inSecond[inSecond.length - 1] ?? series.filter((p) => p.t < t).at(-1);
+    rows.push({
+      t,
+      in_flight: inSecond.length ? round(mean(inSecond.map((p) => p.inFlight)), 1) : null,
+      invocations: inSecond.length ? round(mean(inSecond.map((p) => p.invocations ?? 0)), 1) : null,
+      cap: last?.cap ?? 0,
+      plan_threads: last?.planThreads ?? 0,
+      completed: completions.filter((c) => c >= t && c < t + 1).length,
+      queued: round_.at(-1)?.queued ?? null,
+      emulator_slowest_ms: round_.length ? round(Math.max(...round_.map((r) => r.slowestMs)), 0) : null,
+    });
+  }
+  return rows;
 }
 
 function fmtNum(v: number): string {
