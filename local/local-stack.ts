@@ -168,6 +168,14 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       host: local ? '0.0.0.0' : '127.0.0.1',
     });
     cleanups.push(() => targetSite.close());
+    // Records must name the target as the functions see it: from LocalStack's Lambda containers
+    // that is the Docker host (THREADGATE_STANDIN_HOST, default host.docker.internal).
+    const site: TargetStandin = local
+      ? {
+          ...targetSite,
+          url: `http://${process.env.THREADGATE_STANDIN_HOST ?? 'host.docker.internal'}:${targetSite.port}`,
+        }
+      : targetSite;
 
     let moto: MotoServer | undefined;
     let deploy: DeployResult | undefined;
@@ -243,7 +251,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       deploy,
       runtime,
       captcha,
-      site: targetSite,
+      site,
       apiKey,
       threads,
       reserve,

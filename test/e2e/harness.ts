@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { GetFunctionConcurrencyCommand } from '@aws-sdk/client-lambda';
+import { GetFunctionConcurrencyCommand, GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import {
   DeleteMessageBatchCommand,
   ReceiveMessageCommand,
@@ -122,4 +122,24 @@ export async function deployedCap(stack: LocalStack): Promise<number> {
     mapping.maximumConcurrency ?? Number.POSITIVE_INFINITY,
     reserved.ReservedConcurrentExecutions ?? Number.POSITIVE_INFINITY,
   );
+}
+
+/**
+ * Waits until the worker invocations that started under an older, higher cap have ended, so
+ * at most `cap` can be running: read from the local runtime, or (LocalStack) one worker
+ * timeout, the longest any invocation can last.
+ */
+export async function drainTo(stack: LocalStack, cap: number): Promise<void> {
+  const runtime = stack.runtime;
+  if (runtime) {
+    await waitFor(`worker invocations to drain to ${cap}`, () => {
+      const worker = runtime.stats().functions[stack.outputs.WorkerFunctionName];
+      return (worker?.inFlight ?? 0) <= cap;
+    });
+    return;
+  }
+  const conf = await stack.lambda.send(
+    new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
+  );
+  await new Promise((resolve) => setTimeout(resolve, (conf.Timeout ?? 60) * 1000));
 }
