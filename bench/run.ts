@@ -83,6 +83,8 @@ export interface BenchOptions {
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
   log?: (line: string) => void;
+  /** Stops the run (the local stack is stopped, nothing is written). */
+  signal?: AbortSignal;
 }
 
 export const BENCH_DEFAULTS = { threads: 20, reserve: 0, records: 1000, timeScale: 0.2 } as const;
@@ -309,7 +311,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     onPhase: (m) => log(`bench: ${m}`),
   });
   let report: BenchReport;
+  const checkAborted = () => {
+    if (options.signal?.aborted) throw new Error('the benchmark was interrupted');
+  };
   try {
+    checkAborted();
     // The cap the poller runs at comes from the deployed configuration; wait until it is read.
     for (let i = 0; i < 100 && (workerMapping(stack)?.limit ?? 0) !== cap; i++) await sleep(100);
     const memoryMb =
@@ -396,6 +402,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         );
       }
       if (feedError) throw feedError;
+      checkAborted();
       if (done >= records) break;
       if (probe.paused) {
         log('bench: the pipeline paused itself; stopping the capped run');
@@ -423,6 +430,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     // ---- the baseline -----------------------------------------------------------------------
     let baseline: BaselineResult | null = null;
     let baselineS: number | null = null;
+    checkAborted();
     if (options.baseline !== false) {
       log(`bench: uncapped baseline: ${records} records straight to the stand-in, no limiter`);
       const b0 = performance.now();

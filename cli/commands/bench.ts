@@ -77,17 +77,36 @@ Examples:
       if (opts.reserve >= opts.threads) {
         throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
       }
-      const report = await runBench({
-        threads: opts.threads,
-        reserve: opts.reserve,
-        records: opts.records,
-        timeScale: opts.timeScale,
-        maxQueued: opts.maxQueued,
-        outDir: opts.outDir,
-        name: opts.name,
-        baseline: opts.baseline,
-        log: (line) => process.stderr.write(`${line}\n`),
-      });
+      // First Ctrl-C: stop the run and the local stack cleanly; a second one exits at once.
+      const controller = new AbortController();
+      const onSignal = () => {
+        if (controller.signal.aborted) process.exit(130);
+        process.stderr.write('bench: interrupted; stopping the local stack (Ctrl-C again to exit now)\n');
+        controller.abort();
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
+      let report: Awaited<ReturnType<typeof runBench>>;
+      try {
+        report = await runBench({
+          threads: opts.threads,
+          reserve: opts.reserve,
+          records: opts.records,
+          timeScale: opts.timeScale,
+          maxQueued: opts.maxQueued,
+          outDir: opts.outDir,
+          name: opts.name,
+          baseline: opts.baseline,
+          log: (line) => process.stderr.write(`${line}\n`),
+          signal: controller.signal,
+        });
+      } catch (err) {
+        if (controller.signal.aborted) throw new CliError('interrupted', 130);
+        throw err;
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+      }
       process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
       const broken = report.max_in_flight > report.cap || report.zero_balance > 0 || !report.complete;
       process.exitCode = broken ? EXIT.failure : EXIT.ok;
