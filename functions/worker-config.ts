@@ -1,4 +1,5 @@
 import { type Allowlist, parseAllowlist } from './shared/allowlist.js';
+import { readTimingsFromEnv, type SolveTimingsOverrides } from './shared/captchaai/timings.js';
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from './shared/env.js';
 import { ConfigError } from './shared/errors.js';
 
@@ -16,6 +17,8 @@ export interface WorkerConfig {
   captchaAiSecretName: string;
   /** Multiplies CaptchaAI waits and token lifetimes (tests and the local stack use < 1). */
   timeScale: number;
+  /** CaptchaAI waits overridden through CAPTCHAAI_POLL_INTERVAL_MS and friends (CaptchaAI's defaults otherwise). */
+  captchaTimings: SolveTimingsOverrides;
   allowlist: Allowlist;
   /** Lease of a claim. Must exceed the function timeout, so a killed invocation's record is not re-solved while it could still be running. */
   leaseMs: number;
@@ -52,6 +55,8 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', WORKER_DEFAULTS.captchaAiUrl),
     captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
     timeScale: optionalNumber(env, 'TIME_SCALE', WORKER_DEFAULTS.timeScale, { min: 0.0001, max: 100 }),
+    // TIME_SCALE, not CAPTCHAAI_TIME_SCALE, scales the worker: only the waits are read here.
+    captchaTimings: readTimingsFromEnv(env).timings,
     allowlist: parseAllowlist(allowedHosts),
     leaseMs:
       optionalNumber(env, 'LEASE_SECONDS', WORKER_DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,

@@ -526,6 +526,7 @@ export function createWorkerDeps(
             apiKey: key,
             baseUrl: config.captchaAiUrl,
             timeScale: config.timeScale,
+            timings: config.captchaTimings,
             now,
           }),
         };

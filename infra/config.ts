@@ -30,6 +30,12 @@ export interface ThreadgateConfig {
   readonly targetTimeoutMs: number;
   /** How long a record that hit the CaptchaAI deadline keeps its slot, in ms (real time, not scaled). @default 60000 */
   readonly cooldownMs: number;
+  /**
+   * Wait between two res.php polls of one task, in ms (multiplied by timeScale). CaptchaAI asks
+   * for 5000; a shorter wait frees a thread sooner after its answer is ready at the cost of more
+   * res.php calls (see the benchmark's "poll granularity"). @default 5000
+   */
+  readonly pollIntervalMs: number;
   /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
@@ -61,6 +67,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'timeScale',
   'targetTimeoutMs',
   'cooldownMs',
+  'pollIntervalMs',
   'workerTimeoutSeconds',
   'maxReceiveCount',
   'transientReceiveLimit',
@@ -81,6 +88,7 @@ export const DEFAULTS = {
   timeScale: 1,
   targetTimeoutMs: 15_000,
   cooldownMs: 60_000,
+  pollIntervalMs: DEFAULT_TIMINGS.pollIntervalMs,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,
@@ -188,6 +196,10 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     max: 120_000,
   });
   const cooldownMs = readInteger(input, 'cooldownMs', DEFAULTS.cooldownMs, { min: 0, max: 600_000 });
+  const pollIntervalMs = readInteger(input, 'pollIntervalMs', DEFAULTS.pollIntervalMs, {
+    min: 500,
+    max: 60_000,
+  });
 
   const neededSeconds = Math.ceil(worstCaseAttemptMs(targetTimeoutMs, cooldownMs, timeScale) / 1000);
   const workerTimeoutSeconds = readInteger(
@@ -272,6 +284,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     timeScale,
     targetTimeoutMs,
     cooldownMs,
+    pollIntervalMs,
     workerTimeoutSeconds,
     maxReceiveCount,
     transientReceiveLimit,

@@ -166,6 +166,7 @@ describe('ThreadgateStack with default settings', () => {
         'TRANSIENT_RECEIVE_LIMIT',
         'TARGET_TIMEOUT_MS',
         'COOLDOWN_MS',
+        'CAPTCHAAI_POLL_INTERVAL_MS',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'NODE_OPTIONS',
@@ -177,6 +178,7 @@ describe('ThreadgateStack with default settings', () => {
       ALLOWED_HOSTS: HOSTS,
       TIME_SCALE: '1',
       TRANSIENT_RECEIVE_LIMIT: '3',
+      CAPTCHAAI_POLL_INTERVAL_MS: '5000',
       POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
       NODE_OPTIONS: '--enable-source-maps',
     });
@@ -549,6 +551,7 @@ describe('settings validation at synth time', () => {
     ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must exceed workerTimeoutSeconds/],
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
+    ['pollIntervalMs', { pollIntervalMs: 100 }, /^pollIntervalMs: must be >= 500/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>

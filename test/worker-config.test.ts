@@ -38,8 +38,10 @@ describe('worker config', () => {
       TARGET_TIMEOUT_MS: '2000',
       COOLDOWN_MS: '0',
       TIME_SCALE: '0.05',
+      CAPTCHAAI_POLL_INTERVAL_MS: '1000',
     });
     expect(config).toMatchObject({
+      captchaTimings: { pollIntervalMs: 1000 },
       leaseMs: 120_000,
       transientReceiveLimit: 4,
       targetTimeoutMs: 2000,
@@ -54,6 +56,7 @@ describe('worker config', () => {
     ['ALLOWED_HOSTS', { ALLOWED_HOSTS: 'http://x.com' }],
     ['LEASE_SECONDS', { LEASE_SECONDS: 'soon' }],
     ['TRANSIENT_RECEIVE_LIMIT', { TRANSIENT_RECEIVE_LIMIT: '0' }],
+    ['CAPTCHAAI_POLL_INTERVAL_MS', { CAPTCHAAI_POLL_INTERVAL_MS: 'fast' }],
     ['AWS_LAMBDA_FUNCTION_NAME', { AWS_LAMBDA_FUNCTION_NAME: undefined }],
   ])('names %s when it is missing or malformed', (setting, patch) => {
     let error: unknown;
