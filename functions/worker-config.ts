@@ -1,5 +1,9 @@
 import { type Allowlist, parseAllowlist } from './shared/allowlist.js';
-import { readTimingsFromEnv, type SolveTimingsOverrides } from './shared/captchaai/timings.js';
+import {
+  DEFAULT_TIMINGS,
+  readTimingsFromEnv,
+  type SolveTimingsOverrides,
+} from './shared/captchaai/timings.js';
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from './shared/env.js';
 import { ConfigError } from './shared/errors.js';
 
@@ -41,7 +45,19 @@ export const WORKER_DEFAULTS = {
   cooldownMs: 60_000,
 } as const;
 
+/**
+ * Calls to CaptchaAI are real network round trips: time scaling (tests, the local stack) must not
+ * shrink their timeout below this, or a submit that reached CaptchaAI but answered a little late
+ * is retried and becomes a second task for the same record.
+ */
+export const MIN_CAPTCHAAI_HTTP_TIMEOUT_MS = 5_000;
+
 export function readWorkerConfig(env: Env = process.env): WorkerConfig {
+  const timeScale = optionalNumber(env, 'TIME_SCALE', WORKER_DEFAULTS.timeScale, { min: 0.0001, max: 100 });
+  const captchaTimings = readTimingsFromEnv(env).timings;
+  const httpTimeoutMs = captchaTimings.httpTimeoutMs ?? DEFAULT_TIMINGS.httpTimeoutMs;
+  // The client multiplies every timing by the time scale; undo that for the floor.
+  captchaTimings.httpTimeoutMs = Math.max(httpTimeoutMs, MIN_CAPTCHAAI_HTTP_TIMEOUT_MS / timeScale);
   const allowedHosts = optionalList(env, 'ALLOWED_HOSTS');
   if (allowedHosts.length === 0) {
     throw new ConfigError('ALLOWED_HOSTS', 'is required: a comma list of target hosts (exact or *.suffix)');
@@ -54,9 +70,9 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     pipelineStateParam: requireString(env, 'PIPELINE_STATE_PARAM'),
     captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', WORKER_DEFAULTS.captchaAiUrl),
     captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
-    timeScale: optionalNumber(env, 'TIME_SCALE', WORKER_DEFAULTS.timeScale, { min: 0.0001, max: 100 }),
+    timeScale,
     // TIME_SCALE, not CAPTCHAAI_TIME_SCALE, scales the worker: only the waits are read here.
-    captchaTimings: readTimingsFromEnv(env).timings,
+    captchaTimings,
     allowlist: parseAllowlist(allowedHosts),
     leaseMs:
       optionalNumber(env, 'LEASE_SECONDS', WORKER_DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,

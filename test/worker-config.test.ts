@@ -50,6 +50,13 @@ describe('worker config', () => {
     });
   });
 
+  it('keeps the CaptchaAI HTTP timeout at 5 s or more in real time however fast the time scale', () => {
+    const scaled = readWorkerConfig({ ...env, TIME_SCALE: '0.01' });
+    const unscaled = readWorkerConfig({ ...env, TIME_SCALE: '1', CAPTCHAAI_HTTP_TIMEOUT_MS: '20000' });
+    expect((scaled.captchaTimings.httpTimeoutMs ?? 0) * scaled.timeScale).toBeCloseTo(5000);
+    expect(unscaled.captchaTimings.httpTimeoutMs).toBe(20_000);
+  });
+
   it.each([
     ['TABLE_NAME', { TABLE_NAME: '' }],
     ['ALLOWED_HOSTS', { ALLOWED_HOSTS: ' , ' }],
