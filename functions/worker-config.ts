@@ -32,6 +32,8 @@ export interface WorkerConfig {
   targetTimeoutMs: number;
   /** How long a record that hit the client deadline keeps its slot (not time-scaled). */
   cooldownMs: number;
+  /** Visibility given to a message returned for a retry (transient error, record leased elsewhere), in seconds. */
+  retryDelaySeconds: number;
   /** The worker's own function name (the pipeline pause finds its mapping by it). */
   functionName: string;
 }
@@ -43,6 +45,8 @@ export const WORKER_DEFAULTS = {
   transientReceiveLimit: 3,
   targetTimeoutMs: 15_000,
   cooldownMs: 60_000,
+  /** × TIME_SCALE, at least 1 s. */
+  retryDelaySeconds: 30,
 } as const;
 
 /**
@@ -87,6 +91,12 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     ),
     targetTimeoutMs: optionalNumber(env, 'TARGET_TIMEOUT_MS', WORKER_DEFAULTS.targetTimeoutMs, { min: 1 }),
     cooldownMs: optionalNumber(env, 'COOLDOWN_MS', WORKER_DEFAULTS.cooldownMs, { min: 0 }),
+    retryDelaySeconds: optionalNumber(
+      env,
+      'RETRY_DELAY_SECONDS',
+      Math.max(1, Math.round(WORKER_DEFAULTS.retryDelaySeconds * timeScale)),
+      { min: 0, max: 43_200, integer: true },
+    ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
   };
 }

@@ -416,6 +416,7 @@ export async function processBatch(
 ): Promise<SQSBatchResponse> {
   const failures: string[] = [];
   const untouched: SQSRecord[] = [];
+  const retried: SQSRecord[] = [];
   let paused: 'none' | 'observed' | 'by-us' = 'none';
   try {
     for (const record of event.Records) {
@@ -444,10 +445,16 @@ export async function processBatch(
         });
         result = { kind: 'retry', reason: 'INTERNAL_ERROR' };
       }
-      if (result.kind === 'retry') failures.push(record.messageId);
+      if (result.kind === 'retry') {
+        failures.push(record.messageId);
+        retried.push(record);
+      }
       if (result.kind === 'stopped') paused = 'by-us';
     }
-    if (paused === 'by-us' && untouched.length > 0) await makeVisible(deps, untouched);
+    if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
+    // Without this a retried message would wait out the queue's whole visibility timeout
+    // (6 x the function timeout, 43 min at the defaults) before its next try.
+    if (retried.length > 0) await setVisibility(deps, retried, deps.config.retryDelaySeconds);
   } finally {
     // Per-record metrics (outcomes, conflicts) are single metrics, already published.
     if (deps.metrics.hasStoredMetrics()) deps.metrics.publishStoredMetrics();
@@ -465,7 +472,7 @@ async function readStateSafely(deps: WorkerDeps): Promise<PipelineState> {
   }
 }
 
-async function makeVisible(deps: WorkerDeps, records: SQSRecord[]): Promise<void> {
+async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {
   for (let i = 0; i < records.length; i += 10) {
     const chunk = records.slice(i, i + 10);
     try {
@@ -475,13 +482,13 @@ async function makeVisible(deps: WorkerDeps, records: SQSRecord[]): Promise<void
           Entries: chunk.map((r, j) => ({
             Id: String(j),
             ReceiptHandle: r.receiptHandle,
-            VisibilityTimeout: 0,
+            VisibilityTimeout: seconds,
           })),
         }),
       );
     } catch (err) {
       // Not fatal: they come back after their visibility timeout instead.
-      deps.logger.warn('could not reset visibility of the untouched records', errorSummary(err));
+      deps.logger.warn('could not change the visibility of records to retry', errorSummary(err));
     }
   }
 }

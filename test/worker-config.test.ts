@@ -39,8 +39,10 @@ describe('worker config', () => {
       COOLDOWN_MS: '0',
       TIME_SCALE: '0.05',
       CAPTCHAAI_POLL_INTERVAL_MS: '1000',
+      RETRY_DELAY_SECONDS: '7',
     });
     expect(config).toMatchObject({
+      retryDelaySeconds: 7,
       captchaTimings: { pollIntervalMs: 1000 },
       leaseMs: 120_000,
       transientReceiveLimit: 4,
@@ -55,6 +57,11 @@ describe('worker config', () => {
     const unscaled = readWorkerConfig({ ...env, TIME_SCALE: '1', CAPTCHAAI_HTTP_TIMEOUT_MS: '20000' });
     expect((scaled.captchaTimings.httpTimeoutMs ?? 0) * scaled.timeScale).toBeCloseTo(5000);
     expect(unscaled.captchaTimings.httpTimeoutMs).toBe(20_000);
+  });
+
+  it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {
+    expect(readWorkerConfig({ ...env, TIME_SCALE: '1' }).retryDelaySeconds).toBe(30);
+    expect(readWorkerConfig({ ...env, TIME_SCALE: '0.01' }).retryDelaySeconds).toBe(1);
   });
 
   it.each([

@@ -1,5 +1,5 @@
 import { ScanCommand } from '@aws-sdk/client-dynamodb';
-import { ChangeMessageVisibilityCommand, DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -460,7 +460,7 @@ describe('worker against moto and the stand-ins', () => {
 
   it('retries a transient failure while the receive count is below the limit, then fails it TRANSIENT_EXHAUSTED', async () => {
     // Prepare: in.php answers a server error to the first try and both retries, twice over.
-    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '2' });
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '2', RETRY_DELAY_SECONDS: '1' });
     const key = newKey('transient');
     await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
     const serverError = { body: 'ERROR_SERVER_ERROR' };
@@ -470,16 +470,11 @@ describe('worker against moto and the stand-ins', () => {
     const out1 = await deliver(s, s.instance(), [first!]);
     expect(out1.batchItemFailures).toEqual([{ itemIdentifier: first!.MessageId }]);
     expect(await s.store.get(key)).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 3 });
-    // The visibility timeout passes (shortened here) and SQS hands the message out again.
-    await clients.sqs.send(
-      new ChangeMessageVisibilityCommand({
-        QueueUrl: s.res.queueUrl,
-        ReceiptHandle: first!.ReceiptHandle,
-        VisibilityTimeout: 0,
-      }),
-    );
+    // The worker gave the message a 1 s visibility (RETRY_DELAY_SECONDS) instead of the queue's
+    // whole visibility timeout (60 s here), so SQS hands it out again after a short wait.
     // Act 2: the second receive reaches the limit → failed.
     captcha.inject('in.php', Array(3).fill(serverError));
+    await new Promise((resolve) => setTimeout(resolve, 1500));
     const [second] = await receiveAll(clients.sqs, s.res.queueUrl, 1, 60);
     expect(second?.Attributes?.ApproximateReceiveCount).toBe('2');
     const out2 = await deliver(s, s.instance(), [second!]);

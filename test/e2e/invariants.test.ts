@@ -292,7 +292,10 @@ describe('e2e: threadgate deployed to moto', () => {
     await waitFor('every record', async () => (await finalCount(stack, keys)) === 40, { timeoutMs: 240_000 });
 
     // Assess: the stop
-    expect(state).toMatchObject({ paused: true, by: 'worker' });
+    // Whichever sees the revoked key first pauses: a worker's in.php/res.php call, or the cap
+    // adjuster's threadsinfo tick (every 0.6 s at this time scale). Either way it is a stop.
+    expect(state.paused).toBe(true);
+    expect(['worker', 'cap-adjuster']).toContain(state.by);
     expect(mapping.enabled).toBe(false);
     expect(submitsAtStop - submitsBefore).toBeLessThanOrEqual(CAP);
     expect(submitsLater).toBe(submitsAtStop);
