@@ -14,6 +14,7 @@ import type { Command } from 'commander';
 import { CaptchaAiClient, DEFAULT_BASE_URL } from '../functions/shared/captchaai/client.js';
 import { PipelineControl } from '../functions/shared/pipeline-control.js';
 import { getApiKey } from '../functions/shared/secret.js';
+import type { StackOutputKey } from '../infra/outputs.js';
 import { CliError, EXIT } from './exit-codes.js';
 
 /**
@@ -30,19 +31,7 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 export const DEFAULT_STACK = 'Threadgate';
 
 /** The stack outputs, exactly as the CDK stack names them. */
-export const OUTPUT_KEYS = [
-  'QueueUrl',
-  'QueueArn',
-  'DlqUrl',
-  'TableName',
-  'WorkerFunctionName',
-  'AdjusterFunctionName',
-  'MappingUuid',
-  'PipelineStateParameter',
-  'AdjusterRuleName',
-  'SecretName',
-] as const;
-export type OutputKey = (typeof OUTPUT_KEYS)[number];
+export type OutputKey = StackOutputKey;
 
 /** Options every stack-backed command takes. */
 export interface StackOptions {

@@ -13,6 +13,7 @@ import { acknowledgeNagFindings } from './constructs/nag-acknowledgements.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
 import { PipelineState } from './constructs/pipeline-state.js';
 import { Worker } from './constructs/worker.js';
+import type { StackOutputKey } from './outputs.js';
 
 export interface ThreadgateStackProps extends StackProps {
   /** Settings that override CDK context (see infra/config.ts for every setting and its default). */
@@ -80,7 +81,7 @@ export class ThreadgateStack extends Stack {
       alarmTopicArn: config.alarmTopicArn,
     });
 
-    const outputs: Record<string, { value: string; description: string }> = {
+    const outputs: Record<StackOutputKey, { value: string; description: string }> = {
       QueueUrl: { value: this.queues.queue.queueUrl, description: 'Jobs queue: upstream jobs send here' },
       QueueArn: { value: this.queues.queue.queueArn, description: 'Jobs queue ARN (the mapping source)' },
       DlqUrl: { value: this.queues.dlq.queueUrl, description: 'Dead-letter queue' },

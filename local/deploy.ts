@@ -22,6 +22,7 @@ import {
   ResourceExistsException,
   SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
+import { STACK_OUTPUT_KEYS, type StackOutputKey } from '../infra/outputs.js';
 import { MOTO_ACCOUNT, MOTO_REGION } from './moto.js';
 
 /**
@@ -36,32 +37,9 @@ import { MOTO_ACCOUNT, MOTO_REGION } from './moto.js';
  * synthesized as a placeholder and written into a per-run copy of the template; everything
  * else, the bundles included, is exactly what `cdk synth` produced.
  */
-export interface StackOutputs {
-  QueueUrl: string;
-  QueueArn: string;
-  DlqUrl: string;
-  TableName: string;
-  WorkerFunctionName: string;
-  AdjusterFunctionName: string;
-  MappingUuid: string;
-  PipelineStateParameter: string;
-  AdjusterRuleName: string;
-  SecretName: string;
-  [key: string]: string;
-}
+export type StackOutputs = Record<StackOutputKey, string> & Record<string, string>;
 
-export const REQUIRED_OUTPUTS = [
-  'QueueUrl',
-  'QueueArn',
-  'DlqUrl',
-  'TableName',
-  'WorkerFunctionName',
-  'AdjusterFunctionName',
-  'MappingUuid',
-  'PipelineStateParameter',
-  'AdjusterRuleName',
-  'SecretName',
-] as const;
+export const REQUIRED_OUTPUTS = STACK_OUTPUT_KEYS;
 
 /** Settings as infra/config.ts reads them from CDK context (strings, numbers or lists). */
 export type StackSettings = Record<string, string | number | readonly string[] | undefined>;

@@ -1,0 +1,19 @@
+/**
+ * The stack's CloudFormation outputs: the one list the stack defines and the CLI and the
+ * local stack read back (no CDK import here, so readers stay light).
+ */
+export const STACK_OUTPUT_KEYS = [
+  'QueueUrl',
+  'QueueArn',
+  'DlqUrl',
+  'DlqArn',
+  'TableName',
+  'WorkerFunctionName',
+  'AdjusterFunctionName',
+  'MappingUuid',
+  'PipelineStateParameter',
+  'AdjusterRuleName',
+  'SecretName',
+] as const;
+
+export type StackOutputKey = (typeof STACK_OUTPUT_KEYS)[number];
