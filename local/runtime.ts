@@ -625,6 +625,19 @@ class SqsPoller {
     });
   }
 
+  /**
+   * moto picks and marks messages in ReceiveMessage without a lock, so two concurrent receives
+   * can be handed the same message (seen: an unkeyed bad message copied to the DLQ twice).
+   * The slots of one mapping therefore receive one at a time; the receive is short next to a
+   * solve, so this costs no concurrency.
+   */
+  private receiveChain: Promise<unknown> = Promise.resolve();
+  private oneReceiveAtATime<T>(receive: () => Promise<T>): Promise<T> {
+    const run = this.receiveChain.then(receive, receive);
+    this.receiveChain = run.catch(() => undefined);
+    return run;
+  }
+
   private async loop(index: number): Promise<void> {
     let idleMs = 0;
     while (!this.runtime.stopped) {
@@ -637,14 +650,17 @@ class SqsPoller {
       try {
         await this.fresh();
         if (!this.stats.enabled || index >= this.stats.limit) continue;
-        const out = await this.runtime.sqs.send(
-          new ReceiveMessageCommand({
-            QueueUrl: this.queueUrl,
-            MaxNumberOfMessages: this.stats.batchSize,
-            WaitTimeSeconds: this.runtime.receiveWaitSeconds,
-            MessageSystemAttributeNames: ['All'],
-            MessageAttributeNames: ['All'],
-          }),
+        const queueUrl = this.queueUrl;
+        const out = await this.oneReceiveAtATime(() =>
+          this.runtime.sqs.send(
+            new ReceiveMessageCommand({
+              QueueUrl: queueUrl,
+              MaxNumberOfMessages: this.stats.batchSize,
+              WaitTimeSeconds: this.runtime.receiveWaitSeconds,
+              MessageSystemAttributeNames: ['All'],
+              MessageAttributeNames: ['All'],
+            }),
+          ),
         );
         messages = out.Messages ?? [];
       } catch (err) {
