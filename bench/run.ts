@@ -1,6 +1,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
@@ -205,8 +206,6 @@ export interface BenchReport {
   log_dir: string;
   files: { json: string; svg: string };
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function pct(s: Summary, digits = 1): Pct {
   return { p50: round(s.p50, digits), p95: round(s.p95, digits), p99: round(s.p99, digits) };

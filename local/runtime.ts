@@ -9,6 +9,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Worker } from 'node:worker_threads';
 import {
   EventBridgeClient,
@@ -151,8 +152,6 @@ interface DeployedFunction {
 
 const THREAD_BOOTSTRAP = new URL('./lambda-environment.mjs', import.meta.url);
 const DEFAULT_REFRESH_MS = 500;
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function errorMessage(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * A form site for tests and the local stack. Any path serves a page (so each record can
@@ -88,8 +89,6 @@ async function readBody(req: IncomingMessage): Promise<string> {
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function startTargetStandin(options: TargetStandinOptions): Promise<TargetStandin> {
   const sitekey = options.sitekey ?? DEFAULT_STANDIN_SITEKEY;
