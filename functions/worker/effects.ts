@@ -1,0 +1,148 @@
+import type { Logger } from '@aws-lambda-powertools/logger';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
+import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
+import type { SQSRecord } from 'aws-lambda';
+import type { RecordDecision } from '../shared/outcome-mapping.js';
+import type { OutcomeStatus } from '../shared/outcomes-store.js';
+import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
+
+/**
+ * The side effects of each decision of functions/shared/outcome-mapping.ts: the outcome row,
+ * the DLQ copy, the pause, the cool-down, the metrics and the log line. This file decides
+ * nothing; it carries out what the mapping decided.
+ */
+
+export function countOutcome(deps: WorkerDeps, status: string): void {
+  const single = deps.metrics.singleMetric();
+  single.addDimension('status', status);
+  single.addMetric('Outcomes', MetricUnit.Count, 1);
+}
+
+/** Accounts for a final write: a lost claim means another invocation's outcome stands. */
+export function finished(
+  written: boolean,
+  status: OutcomeStatus,
+  deps: WorkerDeps,
+  log: Logger,
+  extra: Record<string, unknown> = {},
+): RecordResult {
+  if (!written) {
+    // The lease expired and another invocation claimed the record: its outcome stands.
+    log.warn('lost the claim before the final write; outcome not recorded', { status });
+    countOutcome(deps, 'lost_claim');
+    return { kind: 'done', status: 'duplicate' };
+  }
+  countOutcome(deps, status);
+  log.info('outcome', { status, ...extra });
+  return { kind: 'done', status };
+}
+
+export interface ApplyContext {
+  record: SQSRecord;
+  deps: WorkerDeps;
+  log: Logger;
+  /** Set once the record is claimed. */
+  owner?: string;
+  recordKey?: string;
+  attempts?: number;
+  signal?: AbortSignal;
+}
+
+export async function applyDecision(decision: RecordDecision, c: ApplyContext): Promise<RecordResult> {
+  const { deps, log, record } = c;
+  switch (decision.action) {
+    case 'reject': {
+      const written = await deps.store.reject(decision.recordKey, decision.reason);
+      if (!written.written) {
+        log.warn('invalid message for a record that already has an outcome; dropped', {
+          reason: decision.reason,
+          existingStatus: written.row?.status,
+        });
+        return { kind: 'done', status: 'duplicate' };
+      }
+      return finished(true, 'rejected', deps, log, { reason: decision.reason });
+    }
+    case 'dlq': {
+      await sendToDlq(deps, record, { error_code: decision.errorCode, reason: decision.reason });
+      countOutcome(deps, 'dlq');
+      log.warn('invalid message without a usable record_key; sent to the DLQ', { reason: decision.reason });
+      return { kind: 'done', status: 'dlq' };
+    }
+    case 'fail': {
+      const written = await deps.store.finish(c.recordKey!, c.owner!, {
+        status: 'failed',
+        reason: decision.reason,
+        attempts: c.attempts,
+      });
+      const result = finished(written.written, 'failed', deps, log, { reason: decision.reason });
+      if (decision.cooldownMs) {
+        // The abandoned CaptchaAI task may still hold a thread: keep this invocation's slot.
+        log.info('holding the slot for the cool-down', { cooldownMs: decision.cooldownMs });
+        await deps.sleep(decision.cooldownMs, c.signal);
+      }
+      return result;
+    }
+    case 'retry': {
+      if (decision.release && c.owner && c.recordKey) {
+        await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0);
+      }
+      log.info('will retry', { reason: decision.reason, released: decision.release });
+      return { kind: 'retry', reason: decision.reason };
+    }
+    case 'stop': {
+      // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
+      deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);
+      log.error('stop-class error: pausing the pipeline', {
+        errorCode: decision.code,
+        reason: decision.reason,
+      });
+      try {
+        await deps.pipeline.pause(
+          `CaptchaAI answered ${decision.code}: ${decision.reason}`,
+          'worker',
+          decision.code,
+        );
+      } catch (err) {
+        log.error('could not pause the pipeline', errorSummary(err));
+      }
+      await deps.store.finish(c.recordKey!, c.owner!, {
+        status: 'stopped',
+        reason: decision.code,
+        attempts: c.attempts,
+      });
+      countOutcome(deps, 'stopped');
+      await sendToDlq(deps, record, {
+        error_code: decision.code,
+        reason: decision.reason,
+        ...(c.recordKey ? { record_key: c.recordKey } : {}),
+      });
+      await deps.sqs.send(
+        new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
+      );
+      return { kind: 'stopped', code: decision.code };
+    }
+  }
+}
+
+async function sendToDlq(
+  deps: WorkerDeps,
+  record: SQSRecord,
+  attributes: Record<string, string>,
+): Promise<void> {
+  const MessageAttributes = Object.fromEntries(
+    Object.entries(attributes).map(([k, v]) => [k, { DataType: 'String', StringValue: v.slice(0, 1024) }]),
+  );
+  await deps.sqs.send(
+    new SendMessageCommand({
+      QueueUrl: deps.config.dlqUrl,
+      MessageBody: record.body || '(empty)',
+      MessageAttributes,
+    }),
+  );
+  if (attributes.error_code === 'INVALID_JOB') {
+    // Deleted now rather than by the poller, so the copy and the original never both stay.
+    await deps.sqs.send(
+      new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
+    );
+  }
+}

@@ -1,0 +1,191 @@
+import { randomUUID } from 'node:crypto';
+import { MetricUnit } from '@aws-lambda-powertools/metrics';
+import type { SQSRecord } from 'aws-lambda';
+import { checkTargetUrl } from '../shared/allowlist.js';
+import { TOKEN_LIFETIME_MS } from '../shared/captchaai/timings.js';
+import { CaptchaError, InvalidJobError, TargetError } from '../shared/errors.js';
+import {
+  captchaTaskOf,
+  captchaTypeOf,
+  type Job,
+  tokenFieldOf,
+  validateJobMessage,
+} from '../shared/job-schema.js';
+import { decideOutcome } from '../shared/outcome-mapping.js';
+import { TargetSession } from '../shared/target-session.js';
+import { applyDecision, finished } from './effects.js';
+import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
+
+/**
+ * The record flow, for one SQS record:
+ *   validate → allowlist/DNS → claim (lease) → GET page → solve →
+ *   POST token in the same session → final outcome (conditional on still holding the claim).
+ * Errors become outcomes in one place: functions/shared/outcome-mapping.ts; ./effects.ts
+ * carries the decision out. Never logs or stores a token or the API key.
+ */
+
+const HTTP_OK_MAX = 399;
+
+function receiveCountOf(record: SQSRecord): number {
+  const n = Number(record.attributes?.ApproximateReceiveCount);
+  return Number.isFinite(n) && n > 0 ? n : 1;
+}
+
+type TimingField = 'claim_ms' | 'target_ms' | 'solve_ms' | 'finish_ms';
+
+/**
+ * Wall-clock time of a record's parts, for the final log line (the benchmark reads them to
+ * tell the time outside the solve and the target's HTTP apart). A monotonic clock, not `now`,
+ * so tests that fake the clock are unaffected. target_ms adds up the page load and the POST.
+ */
+class RecordTiming {
+  private readonly started = performance.now();
+  private readonly spent: Partial<Record<TimingField, number>> = {};
+
+  async time<T>(field: TimingField, work: () => Promise<T>): Promise<T> {
+    const start = performance.now();
+    try {
+      return await work();
+    } finally {
+      this.spent[field] = (this.spent[field] ?? 0) + (performance.now() - start);
+    }
+  }
+
+  fields(): Record<string, number> {
+    const out: Record<string, number> = { total_ms: Math.round(performance.now() - this.started) };
+    for (const [field, ms] of Object.entries(this.spent)) out[field] = Math.round(ms);
+    return out;
+  }
+}
+
+/** Checks pageurl and submit_url against the allowlist (and DNS); a refusal is invalid input. */
+async function checkJobHosts(job: Job, deps: WorkerDeps): Promise<void> {
+  for (const field of ['pageurl', 'submit_url'] as const) {
+    try {
+      await checkTargetUrl(job[field], deps.config.allowlist, deps.resolver);
+    } catch (err) {
+      if (err instanceof TargetError) {
+        throw new InvalidJobError(`${field}: ${err.message}`, job.record_key, { cause: err });
+      }
+      throw err;
+    }
+  }
+}
+
+/**
+ * Works one SQS record to its end. Never throws for a record-level problem: every error
+ * becomes a RecordResult through decideOutcome.
+ */
+export async function processRecord(
+  record: SQSRecord,
+  deps: WorkerDeps,
+  options: ProcessOptions = {},
+): Promise<RecordResult> {
+  const { config, store, logger } = deps;
+  const timing = new RecordTiming();
+  const receiveCount = receiveCountOf(record);
+  const log = logger.createChild({ persistentKeys: { messageId: record.messageId, receiveCount } });
+  const validation = validateJobMessage(record.body);
+  if (!validation.ok) {
+    return applyDecision(
+      decideOutcome(new InvalidJobError(validation.reason, validation.recordKey), {
+        receiveCount,
+        transientReceiveLimit: config.transientReceiveLimit,
+        cooldownMs: config.cooldownMs,
+      }),
+      { record, deps, log },
+    );
+  }
+  const job = validation.job;
+  const captchaType = captchaTypeOf(job);
+  log.appendKeys({ recordKey: job.record_key, captchaType });
+  const ctx = {
+    receiveCount,
+    transientReceiveLimit: config.transientReceiveLimit,
+    cooldownMs: config.cooldownMs,
+  };
+
+  try {
+    await checkJobHosts(job, deps);
+  } catch (err) {
+    return applyDecision(decideOutcome(err, ctx), { record, deps, log });
+  }
+
+  const owner = deps.newOwner?.() ?? randomUUID();
+  const claim = await timing.time('claim_ms', () =>
+    store.claim(job.record_key, { owner, leaseMs: config.leaseMs, captchaType }),
+  );
+  if (!claim.claimed) {
+    const conflict = deps.metrics.singleMetric();
+    conflict.addDimension('reason', claim.why);
+    conflict.addMetric('ClaimConflicts', MetricUnit.Count, 1);
+    log.info('record already claimed; not solving', {
+      claimConflict: claim.why,
+      existingStatus: claim.row?.status,
+    });
+    // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry later.
+    return claim.why === 'finished'
+      ? { kind: 'done', status: 'duplicate' }
+      : { kind: 'retry', reason: 'LEASED_ELSEWHERE' };
+  }
+
+  let attempts = 0;
+  try {
+    const session = new TargetSession({
+      allowlist: config.allowlist,
+      resolver: deps.resolver,
+      timeoutMs: config.targetTimeoutMs,
+      dispatcher: deps.dispatcher,
+      signal: options.signal,
+    });
+    await timing.time('target_ms', () => session.load(job.pageurl));
+    const solver = await deps.solver();
+    const solved = await timing.time('solve_ms', () =>
+      solver.solve(captchaTaskOf(job), { signal: options.signal }),
+    );
+    attempts = solved.submits;
+    deps.metrics.addMetric('Solves', MetricUnit.Count, 1);
+    deps.metrics.addMetric('SolveTime', MetricUnit.Milliseconds, solved.solveMs);
+    log.info('solved', { taskId: solved.taskId, submits: solved.submits, solveMs: solved.solveMs });
+
+    const lifetimeMs = TOKEN_LIFETIME_MS[captchaType] * config.timeScale;
+    if (deps.now() - solved.solvedAt > lifetimeMs) {
+      throw new TargetError('TOKEN_EXPIRED', `the token is older than its ${lifetimeMs} ms lifetime`);
+    }
+    const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
+    const posted = await timing.time('target_ms', () => session.submit(job.submit_url, fields));
+    const ok = posted.status >= 200 && posted.status <= HTTP_OK_MAX;
+    const status = ok ? 'submitted' : 'failed';
+    const written = await timing.time('finish_ms', () =>
+      store.finish(job.record_key, owner, {
+        status,
+        reason: ok ? 'OK' : `TARGET_HTTP_${posted.status}`,
+        targetStatus: posted.status,
+        attempts,
+        solveMs: solved.solveMs,
+      }),
+    );
+    return finished(written.written, status, deps, log, {
+      targetStatus: posted.status,
+      ...timing.fields(),
+    });
+  } catch (err) {
+    if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
+    if (options.signal?.aborted) {
+      log.warn(
+        'invocation ending mid-record; the lease keeps the record until it expires',
+        errorSummary(err),
+      );
+      return { kind: 'retry', reason: 'ABORTED' };
+    }
+    log.info('record failed', errorSummary(err));
+    return applyDecision(decideOutcome(err, ctx), {
+      record,
+      deps,
+      log,
+      owner,
+      recordKey: job.record_key,
+      attempts,
+    });
+  }
+}

@@ -1,0 +1,62 @@
+import type { Logger } from '@aws-lambda-powertools/logger';
+import type { Metrics } from '@aws-lambda-powertools/metrics';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { Dispatcher } from 'undici';
+import type { Resolver } from '../shared/allowlist.js';
+import type { CaptchaTask, SolveResult } from '../shared/captchaai/types.js';
+import type { OutcomeStatus, OutcomesStore } from '../shared/outcomes-store.js';
+import type { PipelineControl } from '../shared/pipeline-control.js';
+import type { WorkerConfig } from '../worker-config.js';
+
+/** What the worker needs from a CaptchaAI client. */
+export interface Solver {
+  solve(task: CaptchaTask, options?: { signal?: AbortSignal }): Promise<SolveResult>;
+}
+
+/** Everything the record flow and the batch loop use; functions/worker.ts builds the real ones. */
+export interface WorkerDeps {
+  config: WorkerConfig;
+  store: OutcomesStore;
+  sqs: SQSClient;
+  pipeline: Pick<PipelineControl, 'readState' | 'pause'>;
+  /** The CaptchaAI client for the current key (the key is read lazily, on the first solve). */
+  solver: () => Promise<Solver>;
+  resolver: Resolver;
+  /** Connection pool for target sites (allowlist-guarded). */
+  dispatcher?: Dispatcher;
+  /** Epoch ms; leases and token ages use it. */
+  now: () => number;
+  /** Waits; resolves early when the signal aborts. */
+  sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  logger: Logger;
+  metrics: Metrics;
+  /** A unique lease owner per claim. */
+  newOwner?: () => string;
+}
+
+export type RecordResult =
+  /** The message is done (outcome written or already present, or sent to the DLQ): delete it. */
+  | { kind: 'done'; status: OutcomeStatus | 'dlq' | 'duplicate' }
+  /** Batch item failure: the message comes back later. */
+  | { kind: 'retry'; reason: string }
+  /** Stop-class error: the pipeline is paused; the rest of the batch must not be worked on. */
+  | { kind: 'stopped'; code: string };
+
+export interface ProcessOptions {
+  /**
+   * Aborted when the invocation must end (near the function timeout). An aborted record is
+   * left exactly as a killed invocation would leave it: no final write, no release; its
+   * lease keeps redeliveries from solving it again until the lease expires.
+   */
+  signal?: AbortSignal;
+}
+
+/** The fields a log line carries about an error (never its whole object: it may hold a request). */
+export function errorSummary(err: unknown): Record<string, unknown> {
+  const e = err as { name?: string; message?: string; code?: unknown };
+  return {
+    errorName: e?.name ?? typeof err,
+    errorCode: typeof e?.code === 'string' ? e.code : undefined,
+    errorMessage: e?.message,
+  };
+}
