@@ -1,5 +1,5 @@
 /**
- * List prices (us-east-1, /work/shared/FACTS.md) and the cost model of the benchmark: AWS per
+ * List prices (us-east-1, listed in docs/benchmark.md) and the cost model of the benchmark: AWS per
  * 1,000 solves, itemized, next to CaptchaAI's plan price per 1,000 solves at full plan use.
  */
 
@@ -16,7 +16,7 @@ export const AWS_PRICES = {
   dynamodbPerReadUnit: 0.125 / 1_000_000,
 } as const;
 
-/** CaptchaAI plans: concurrent threads, unlimited solves, USD per month (FACTS.md). */
+/** CaptchaAI plans: concurrent threads, unlimited solves, USD per month (CaptchaAI's published plans). */
 export const CAPTCHAAI_PLANS: readonly { threads: number; usdPerMonth: number }[] = [
   { threads: 5, usdPerMonth: 15 },
   { threads: 15, usdPerMonth: 30 },

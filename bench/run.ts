@@ -776,7 +776,7 @@ function buildReport(i: BuildInput): BenchReport {
       },
       prices: AWS_PRICES,
       notes: [
-        'USD at us-east-1 list prices (FACTS.md): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
+        'USD at us-east-1 list prices (bench/cost.ts): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
         'SQS counts the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message (batch size 1) and DLQ copies; the event source mapping’s empty long polls on an idle queue are a fixed cost per hour, not per solve, and are left out',
         'not included: the cap adjuster (one small invocation a minute), SSM GetParameter (standard parameters, no charge), Secrets Manager (one read per execution environment), CloudWatch Logs and metrics',
       ],

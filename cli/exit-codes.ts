@@ -1,4 +1,4 @@
-/** Exit codes shared by every command (documented in README). */
+/** Exit codes shared by every command (documented in docs/cli.md). */
 export const EXIT = {
   ok: 0,
   failure: 1,

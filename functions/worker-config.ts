@@ -9,7 +9,7 @@ import { ConfigError } from './shared/errors.js';
 
 /**
  * The worker's configuration, read once per instance from the environment the stack sets
- * (CONTRACTS.md "Worker env") and validated; errors name the variable.
+ * (docs/design.md "Worker environment") and validated; errors name the variable.
  */
 export interface WorkerConfig {
   tableName: string;

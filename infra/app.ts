@@ -7,7 +7,7 @@ import { ThreadgateStack } from './threadgate-stack.js';
 
 /**
  * The CDK app (cdk.json: `npx tsx infra/app.ts`). Every setting comes from CDK context;
- * see infra/config.ts and README "Deploying to AWS". cdk-nag's AwsSolutions pack checks
+ * see infra/config.ts and docs/configuration.md and docs/deploying.md. cdk-nag's AwsSolutions pack checks
  * the synthesized template; `nag=false` in context switches it off (the local stack does
  * not need it).
  */

@@ -23,7 +23,7 @@ export interface ThreadgateStackProps extends StackProps {
 /**
  * threadgate: jobs queue + DLQ → worker (cap-limited) → CaptchaAI, outcomes table, cap
  * adjuster on a one-minute rule, pipeline-state parameter, alarms and a dashboard.
- * Output keys are a contract (CONTRACTS.md): the CLI and the local runtime read them.
+ * Output keys are a contract (docs/design.md "Stack outputs"): the CLI and the local runtime read them.
  */
 export class ThreadgateStack extends Stack {
   readonly config: ThreadgateConfig;

@@ -33,7 +33,7 @@ import { startTargetStandin, type TargetStandin } from './target-standin.js';
  * local` and the end-to-end tests both build on this.
  *
  * With `target: 'localstack'` nothing is deployed or run here: the stack is expected to be
- * deployed to LocalStack already (README "LocalStack"), LocalStack runs the functions, and
+ * deployed to LocalStack already (docs/local-stack.md "LocalStack"), LocalStack runs the functions, and
  * the stand-ins listen on fixed ports that the deployed stack was pointed at.
  */
 export interface LocalStackOptions {

@@ -82,7 +82,7 @@ describe('gbSeconds', () => {
 
 describe('awsCostPer1000', () => {
   it('itemizes Lambda compute, requests, SQS and DynamoDB at list prices and totals them', () => {
-    // Prepare: FACTS.md's example, a 30 s solve in a 128 MB function = 3.75 GB-s.
+    // Prepare: a 30 s solve in a 128 MB function = 3.75 GB-s.
     const usage = {
       gbSeconds: 3.75,
       invocations: 1,

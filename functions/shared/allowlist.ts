@@ -3,7 +3,7 @@ import { BlockList, isIP, type LookupFunction } from 'node:net';
 import { ConfigError, TargetError } from './errors.js';
 
 /**
- * Which target hosts the worker may contact (DESIGN.md invariant 6).
+ * Which target hosts the worker may contact (docs/design.md invariant 6).
  *
  * Rules:
  * - An entry is an exact host (`forms.example.com`, `127.0.0.1`, `[::1]`) or `*.suffix`

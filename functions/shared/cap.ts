@@ -14,7 +14,7 @@ import type { MappingInfo, PipelineControl, PipelineState } from './pipeline-con
  * The cap: how many solves may be in flight at once. It is applied through two knobs on the
  * worker — reserved concurrency (the hard ceiling) and the SQS mapping's MaximumConcurrency
  * (keeps the poller from taking batches it could not run, so nothing is throttled and receive
- * counts stay honest). See DESIGN.md "Cap mechanics".
+ * counts stay honest). See docs/design.md "Cap mechanics".
  */
 export interface CapSettings {
   /** Plan threads left for anything else using the key. */

@@ -7,7 +7,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 
 /**
- * The outcome table: one row per record_key (CONTRACTS.md "Outcome row"). All writes are
+ * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
  * conditional, which is what makes the worker idempotent:
  * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
  *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why.

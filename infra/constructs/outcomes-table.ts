@@ -7,7 +7,7 @@ export interface OutcomesTableProps {
   readonly removalPolicy?: RemovalPolicy;
 }
 
-/** One outcome row per `record_key` (see CONTRACTS.md "Outcome row"); on-demand, with point-in-time recovery. */
+/** One outcome row per `record_key` (see docs/design.md "Outcome row"); on-demand, with point-in-time recovery. */
 export class OutcomesTable extends Construct {
   readonly table: dynamodb.Table;
 

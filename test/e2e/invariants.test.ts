@@ -25,7 +25,7 @@ import {
 
 const NO_FAULTS = { html502: 0, unsolvable: 0, neverFinish: 0 };
 
-// The six invariants of DESIGN.md, end to end: the real CDK app deployed to moto, run by the
+// The six invariants of docs/design.md, end to end: the real CDK app deployed to moto, run by the
 // local runtime against the CaptchaAI and target-site stand-ins. One deployment for the file
 // (on two cores, parallel deployments starve each other's time-scaled stand-ins); each test
 // uses its own record keys and resets the stand-ins' counters. Order matters only in that the
