@@ -1,6 +1,13 @@
+import {
+  ConditionalCheckFailedException,
+  DynamoDBClient,
+  GetItemCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OutcomesStore } from '../functions/shared/outcomes-store.js';
-import type { MotoServer } from '../local/moto.js';
+import { MOTO_REGION, type MotoServer } from '../local/moto.js';
 import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from './fixtures/aws.js';
 
 let moto: MotoServer;
@@ -136,6 +143,113 @@ describe('outcomes store (moto DynamoDB)', () => {
     expect(await store.reject(taken, 'sitekey: is required')).toMatchObject({
       written: false,
       row: { status: 'in_progress' },
+    });
+  });
+});
+
+/**
+ * DynamoDB Local (LocalStack's DynamoDB) has been reported to answer a failed conditional
+ * UpdateItem without the `Item` that ReturnValuesOnConditionCheckFailure=ALL_OLD asks for. This
+ * client talks to moto but drops `Item` from every ConditionalCheckFailedException, and records
+ * the GetItem calls the store makes.
+ */
+function clientWithoutConditionItem(gets: Record<string, unknown>[]): DynamoDBClient {
+  const client = new DynamoDBClient({
+    endpoint: moto.endpoint,
+    region: MOTO_REGION,
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+  });
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === 'GetItemCommand') gets.push(args.input as Record<string, unknown>);
+      try {
+        return await next(args);
+      } catch (err) {
+        if ((err as { name?: string }).name === 'ConditionalCheckFailedException') {
+          delete (err as { Item?: unknown }).Item;
+        }
+        throw err;
+      }
+    },
+    { step: 'initialize', name: 'dropConditionFailureItem' },
+  );
+  return client;
+}
+
+describe('outcomes store when a conditional failure carries no item (DynamoDB Local)', () => {
+  it('reads the row consistently and reports a finished record as finished', async () => {
+    // Prepare
+    const gets: Record<string, unknown>[] = [];
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem(gets), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    await bare.finish(k, 'a', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
+    gets.length = 0;
+    // Act
+    const second = await bare.claim(k, { owner: 'b', ...lease });
+    // Assess
+    expect(second).toMatchObject({ claimed: false, why: 'finished', row: { status: 'submitted' } });
+    expect(gets).toEqual([{ TableName: tableName, Key: { record_key: { S: k } }, ConsistentRead: true }]);
+  });
+
+  it('reads the row and reports a live lease as leased, naming its owner', async () => {
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    expect(await bare.claim(k, { owner: 'b', ...lease })).toMatchObject({
+      claimed: false,
+      why: 'leased',
+      row: { status: 'in_progress', lease_owner: 'a' },
+    });
+  });
+
+  it('reads the row for a refused finish, so the caller learns who holds the record', async () => {
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    clock += 60_001;
+    await bare.claim(k, { owner: 'b', ...lease });
+    expect(await bare.finish(k, 'a', { status: 'submitted', reason: 'OK' })).toMatchObject({
+      written: false,
+      row: { lease_owner: 'b' },
+    });
+  });
+});
+
+describe('outcomes store claim fallback (fake DynamoDB)', () => {
+  const failure = () =>
+    new ConditionalCheckFailedException({ message: 'The conditional request failed', $metadata: {} });
+
+  it('uses the item in the error and makes no extra read when DynamoDB returns it', async () => {
+    // Prepare
+    const ddb = new DynamoDBClient({ region: 'us-east-1' });
+    const fake = mockClient(ddb);
+    const err = failure();
+    err.Item = { record_key: { S: 'r1' }, status: { S: 'failed' } };
+    fake.on(UpdateItemCommand).rejects(err);
+    const store = new OutcomesStore({ client: ddb, tableName: 't' });
+    // Act
+    const result = await store.claim('r1', { owner: 'a', ...lease });
+    // Assess
+    expect(result).toMatchObject({ claimed: false, why: 'finished', row: { status: 'failed' } });
+    expect(fake.commandCalls(GetItemCommand)).toHaveLength(0);
+  });
+
+  it('reports leased when the error has no item and the row is gone by the time it is read', async () => {
+    // Prepare: the row was deleted between the failed check and the read (TTL, an operator).
+    const ddb = new DynamoDBClient({ region: 'us-east-1' });
+    const fake = mockClient(ddb);
+    fake.on(UpdateItemCommand).rejects(failure());
+    fake.on(GetItemCommand).resolves({});
+    const store = new OutcomesStore({ client: ddb, tableName: 't' });
+    // Act
+    const result = await store.claim('r2', { owner: 'a', ...lease });
+    // Assess: a retry will claim it; calling it finished would drop the record.
+    expect(result).toEqual({ claimed: false, why: 'leased', row: undefined });
+    expect(fake.commandCalls(GetItemCommand)[0]?.args[0].input).toEqual({
+      TableName: 't',
+      Key: { record_key: { S: 'r2' } },
+      ConsistentRead: true,
     });
   });
 });

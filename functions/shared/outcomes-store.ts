@@ -10,7 +10,8 @@ import {
  * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
  * conditional, which is what makes the worker idempotent:
  * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
- *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why.
+ *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why; when the
+ *   emulator leaves the row out of the error, a consistent read fetches it (see existingRow).
  * - finish / release: only while this owner still holds the claim.
  * - reject: only when there is no row at all (a malformed duplicate never overwrites).
  * Never stores a token or a key.
@@ -133,7 +134,9 @@ export class OutcomesStore {
       return { claimed: true, leaseExpiresAt };
     } catch (err) {
       if (!conditionFailed(err)) throw err;
-      const row = rowFrom(err.Item);
+      const row = await this.existingRow(recordKey, err);
+      // No row at all now (deleted since the check failed): `leased`, so the message is retried
+      // and its next claim finds the record free, rather than being dropped as finished.
       return { claimed: false, why: row && FINISHED.has(row.status) ? 'finished' : 'leased', row };
     }
   }
@@ -223,7 +226,23 @@ export class OutcomesStore {
       return { written: true };
     } catch (err) {
       if (!conditionFailed(err)) throw err;
-      return { written: false, row: rowFrom(err.Item) };
+      return { written: false, row: await this.existingRow(recordKey, err) };
     }
+  }
+
+  /**
+   * The row that made a conditional write fail. DynamoDB returns it in the error
+   * (ReturnValuesOnConditionCheckFailure=ALL_OLD), but DynamoDB Local, which LocalStack's
+   * DynamoDB runs on, has been reported to leave `Item` out for UpdateItem
+   * (github.com/aws/aws-sdk-go-v2/issues/2600; LocalStack only added ALL_OLD with DynamoDB
+   * Local 2.2.0: localstack/localstack#9040, #9984). Without the row every conflict would read
+   * as "leased" and a finished record's duplicate would be retried towards the DLQ, so read it
+   * (consistently: the write that beat us must be visible) before deciding.
+   */
+  private async existingRow(
+    recordKey: string,
+    err: ConditionalCheckFailedException,
+  ): Promise<OutcomeRow | undefined> {
+    return rowFrom(err.Item) ?? (await this.get(recordKey));
   }
 }
