@@ -8,13 +8,20 @@ import {
   TransientError,
   UnsolvableError,
 } from './errors.js';
+import type { ClaimResult } from './outcomes-store.js';
+
+/** Why a claim was refused. */
+type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
 
 /**
- * THE place where an error becomes what happens to a record. The worker executes the
- * decision; nothing else inspects error classes.
+ * THE place where an error or a result becomes what happens to a record. The worker's
+ * effects (functions/worker/effects.ts) carry the decision out; nothing else inspects error
+ * classes or picks an outcome.
  *
+ * decideOutcome — an error met while working a record:
  * | error                                   | decision                                                     |
  * |-----------------------------------------|--------------------------------------------------------------|
+ * | any error once the invocation is ending | retry ABORTED, lease kept (as a killed invocation leaves it)  |
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field                      |
  * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
  * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
@@ -25,6 +32,13 @@ import {
  * | BadTaskError / other CaptchaError       | `failed` with CaptchaAI's code                               |
  * | TargetError                             | `failed` with its code (TARGET_TIMEOUT, PAGE_HTTP_404, TOKEN_EXPIRED, …) |
  * | anything else (AWS SDK, bugs)           | retry keeping the lease while receives < limit, then `failed` INTERNAL_ERROR |
+ *
+ * decideClaimConflict — the claim was refused: `finished` → drop (a duplicate, delete it);
+ * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease.
+ * decideTargetResponse — the form POST answered: 2xx/3xx → `submitted` OK, else `failed`
+ * TARGET_HTTP_<status>.
+ * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
+ * delete): retry INTERNAL_ERROR, lease kept.
  */
 export type RecordDecision =
   | { action: 'reject'; recordKey: string; reason: string }
@@ -35,7 +49,9 @@ export type RecordDecision =
    * Batch item failure: the message comes back after its visibility timeout. `release` ends
    * the lease so that redelivery can claim at once; without it the lease must expire first.
    */
-  | { action: 'retry'; release: boolean; reason: string };
+  | { action: 'retry'; release: boolean; reason: string }
+  /** Nothing to write: the message is a duplicate of a finished record; delete it. */
+  | { action: 'drop'; reason: string };
 
 export interface DecisionContext {
   /** The message's ApproximateReceiveCount (this delivery included). */
@@ -44,6 +60,8 @@ export interface DecisionContext {
   transientReceiveLimit: number;
   /** How long a record that hit the client deadline keeps its slot. */
   cooldownMs: number;
+  /** The invocation is ending (its deadline signal fired) while the record was being worked. */
+  aborted?: boolean;
 }
 
 export const REASON = {
@@ -51,9 +69,18 @@ export const REASON = {
   TRANSIENT_EXHAUSTED: 'TRANSIENT_EXHAUSTED',
   INTERNAL_ERROR: 'INTERNAL_ERROR',
   INVALID_JOB: 'INVALID_JOB',
+  ABORTED: 'ABORTED',
+  LEASED_ELSEWHERE: 'LEASED_ELSEWHERE',
+  ALREADY_FINISHED: 'ALREADY_FINISHED',
+  OK: 'OK',
 } as const;
 
 export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecision {
+  if (ctx.aborted) {
+    // Left as a killed invocation would leave it: no final write, no release; the lease keeps
+    // redeliveries from solving it again until it expires.
+    return { action: 'retry', release: false, reason: REASON.ABORTED };
+  }
   if (err instanceof InvalidJobError) {
     return err.recordKey !== undefined
       ? { action: 'reject', recordKey: err.recordKey, reason: err.reason }
@@ -82,4 +109,26 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   return ctx.receiveCount < ctx.transientReceiveLimit
     ? { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR }
     : { action: 'fail', reason: REASON.INTERNAL_ERROR };
+}
+
+export function decideClaimConflict(why: ClaimConflict): RecordDecision {
+  // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry later.
+  return why === 'finished'
+    ? { action: 'drop', reason: REASON.ALREADY_FINISHED }
+    : { action: 'retry', release: false, reason: REASON.LEASED_ELSEWHERE };
+}
+
+const HTTP_OK_MIN = 200;
+const HTTP_OK_MAX = 399;
+
+/** The final outcome of a record whose token was posted: the target's HTTP status decides. */
+export function decideTargetResponse(httpStatus: number): { status: 'submitted' | 'failed'; reason: string } {
+  return httpStatus >= HTTP_OK_MIN && httpStatus <= HTTP_OK_MAX
+    ? { status: 'submitted', reason: REASON.OK }
+    : { status: 'failed', reason: `TARGET_HTTP_${httpStatus}` };
+}
+
+/** The record's handling itself threw (claim, DLQ or delete call): retry it later, lease kept. */
+export function decideCrash(): RecordDecision {
+  return { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR };
 }

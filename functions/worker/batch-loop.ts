@@ -1,6 +1,8 @@
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
+import { decideCrash } from '../shared/outcome-mapping.js';
 import type { PipelineState } from '../shared/pipeline-control.js';
+import { applyDecision } from './effects.js';
 import { processRecord } from './record-flow.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
@@ -54,7 +56,7 @@ export async function processBatch(
           messageId: record.messageId,
           ...errorSummary(err),
         });
-        result = { kind: 'retry', reason: 'INTERNAL_ERROR' };
+        result = await applyDecision(decideCrash(), { record, deps, log: deps.logger });
       }
       if (result.kind === 'retry') {
         failures.push(record.messageId);

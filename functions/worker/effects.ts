@@ -89,6 +89,8 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
       log.info('will retry', { reason: decision.reason, released: decision.release });
       return { kind: 'retry', reason: decision.reason };
     }
+    case 'drop':
+      return { kind: 'done', status: 'duplicate' };
     case 'stop': {
       // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
       deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);

@@ -11,7 +11,7 @@ import {
   tokenFieldOf,
   validateJobMessage,
 } from '../shared/job-schema.js';
-import { decideOutcome } from '../shared/outcome-mapping.js';
+import { decideClaimConflict, decideOutcome, decideTargetResponse } from '../shared/outcome-mapping.js';
 import { TargetSession } from '../shared/target-session.js';
 import { applyDecision, finished } from './effects.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
@@ -23,8 +23,6 @@ import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps }
  * Errors become outcomes in one place: functions/shared/outcome-mapping.ts; ./effects.ts
  * carries the decision out. Never logs or stores a token or the API key.
  */
-
-const HTTP_OK_MAX = 399;
 
 function receiveCountOf(record: SQSRecord): number {
   const n = Number(record.attributes?.ApproximateReceiveCount);
@@ -85,25 +83,19 @@ export async function processRecord(
   const timing = new RecordTiming();
   const receiveCount = receiveCountOf(record);
   const log = logger.createChild({ persistentKeys: { messageId: record.messageId, receiveCount } });
-  const validation = validateJobMessage(record.body);
-  if (!validation.ok) {
-    return applyDecision(
-      decideOutcome(new InvalidJobError(validation.reason, validation.recordKey), {
-        receiveCount,
-        transientReceiveLimit: config.transientReceiveLimit,
-        cooldownMs: config.cooldownMs,
-      }),
-      { record, deps, log },
-    );
-  }
-  const job = validation.job;
-  const captchaType = captchaTypeOf(job);
-  log.appendKeys({ recordKey: job.record_key, captchaType });
   const ctx = {
     receiveCount,
     transientReceiveLimit: config.transientReceiveLimit,
     cooldownMs: config.cooldownMs,
   };
+  const validation = validateJobMessage(record.body);
+  if (!validation.ok) {
+    const invalid = new InvalidJobError(validation.reason, validation.recordKey);
+    return applyDecision(decideOutcome(invalid, ctx), { record, deps, log });
+  }
+  const job = validation.job;
+  const captchaType = captchaTypeOf(job);
+  log.appendKeys({ recordKey: job.record_key, captchaType });
 
   try {
     await checkJobHosts(job, deps);
@@ -123,10 +115,7 @@ export async function processRecord(
       claimConflict: claim.why,
       existingStatus: claim.row?.status,
     });
-    // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry later.
-    return claim.why === 'finished'
-      ? { kind: 'done', status: 'duplicate' }
-      : { kind: 'retry', reason: 'LEASED_ELSEWHERE' };
+    return applyDecision(decideClaimConflict(claim.why), { record, deps, log });
   }
 
   let attempts = 0;
@@ -154,12 +143,11 @@ export async function processRecord(
     }
     const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
     const posted = await timing.time('target_ms', () => session.submit(job.submit_url, fields));
-    const ok = posted.status >= 200 && posted.status <= HTTP_OK_MAX;
-    const status = ok ? 'submitted' : 'failed';
+    const { status, reason } = decideTargetResponse(posted.status);
     const written = await timing.time('finish_ms', () =>
       store.finish(job.record_key, owner, {
         status,
-        reason: ok ? 'OK' : `TARGET_HTTP_${posted.status}`,
+        reason,
         targetStatus: posted.status,
         attempts,
         solveMs: solved.solveMs,
@@ -171,15 +159,16 @@ export async function processRecord(
     });
   } catch (err) {
     if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
-    if (options.signal?.aborted) {
+    const aborted = options.signal?.aborted === true;
+    if (aborted) {
       log.warn(
         'invocation ending mid-record; the lease keeps the record until it expires',
         errorSummary(err),
       );
-      return { kind: 'retry', reason: 'ABORTED' };
+    } else {
+      log.info('record failed', errorSummary(err));
     }
-    log.info('record failed', errorSummary(err));
-    return applyDecision(decideOutcome(err, ctx), {
+    return applyDecision(decideOutcome(err, { ...ctx, aborted }), {
       record,
       deps,
       log,
