@@ -11,9 +11,10 @@ import {
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
-import { CaptchaAiClient, DEFAULT_BASE_URL } from '../functions/shared/captchaai/client.js';
+import { DEFAULT_BASE_URL } from '../functions/shared/captchaai/client.js';
+import { RotatingCaptchaAiClient } from '../functions/shared/captchaai/rotating-client.js';
 import { PipelineControl } from '../functions/shared/pipeline-control.js';
-import { getApiKey } from '../functions/shared/secret.js';
+import { ApiKeySource } from '../functions/shared/secret.js';
 import type { StackOutputKey } from '../infra/outputs.js';
 import { CliError, EXIT } from './exit-codes.js';
 
@@ -326,7 +327,7 @@ export interface CaptchaAiAccess {
   baseUrl: string;
   secretName: string;
   /** Builds the client; reads the key from Secrets Manager (never printed). */
-  client(): Promise<CaptchaAiClient>;
+  client(): Promise<RotatingCaptchaAiClient>;
 }
 
 /** How the CLI talks to CaptchaAI for this stack: the worker's URL and the stack's API-key secret. */
@@ -342,9 +343,10 @@ export async function captchaAiAccess(
     baseUrl,
     secretName,
     async client() {
-      let apiKey: string;
+      const keys = new ApiKeySource({ client: aws.clients.secrets, secretName });
       try {
-        apiKey = await getApiKey(aws.clients.secrets, secretName);
+        // Read now, so a missing secret is explained here rather than inside a CaptchaAI call.
+        await keys.get();
       } catch (err) {
         if ((err as { name?: string }).name === 'ResourceNotFoundException') {
           throw new CliError(
@@ -355,7 +357,7 @@ export async function captchaAiAccess(
         }
         throw explainAwsError(err, aws);
       }
-      return new CaptchaAiClient({ apiKey, baseUrl, timings: { httpTimeoutMs: 15_000 } });
+      return new RotatingCaptchaAiClient(keys, { baseUrl, timings: { httpTimeoutMs: 15_000 } });
     },
   };
 }

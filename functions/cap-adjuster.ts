@@ -10,9 +10,9 @@ import {
   type CapAdjusterConfig,
   readCapAdjusterConfig,
 } from './shared/cap.js';
-import { CaptchaAiClient } from './shared/captchaai/client.js';
+import { RotatingCaptchaAiClient } from './shared/captchaai/rotating-client.js';
 import { PipelineControl } from './shared/pipeline-control.js';
-import { getApiKey } from './shared/secret.js';
+import { ApiKeySource } from './shared/secret.js';
 
 /**
  * The cap adjuster's Lambda handler, run once a minute by an EventBridge rule. It only wires
@@ -26,6 +26,7 @@ const secrets = new SecretsManagerClient({});
 
 let config: CapAdjusterConfig | undefined;
 let control: PipelineControl | undefined;
+let captchaai: RotatingCaptchaAiClient | undefined;
 
 export const handler = async (event: Partial<ScheduledEvent> = {}): Promise<AdjustCapResult> => {
   config ??= readCapAdjusterConfig(process.env);
@@ -37,16 +38,22 @@ export const handler = async (event: Partial<ScheduledEvent> = {}): Promise<Adju
     workerFunctionName: config.workerFunctionName,
     queueArn: config.queueArn,
   });
-  const apiKey = await getApiKey(secrets, config.secretName);
   // threadsinfo is one call with no waits: TIME_SCALE would only shrink its HTTP timeout, so
   // the adjuster runs at time scale 1 even on a time-scaled local stack.
-  const captchaai = new CaptchaAiClient({ apiKey, baseUrl: config.captchaaiUrl });
+  captchaai ??= new RotatingCaptchaAiClient(
+    new ApiKeySource({ client: secrets, secretName: config.secretName }),
+    { baseUrl: config.captchaaiUrl },
+  );
+  const client = captchaai;
+  // A pause or resume since the last run drops the cached key (see RotatingCaptchaAiClient), so
+  // the adjuster never asks threadsinfo with a key the operator has replaced.
+  client.noteState(await control.readState());
   try {
     const result = await adjustCap({
       lambda,
       control,
       workerFunctionName: config.workerFunctionName,
-      readThreads: () => captchaai.threadsInfo(),
+      readThreads: () => client.threadsInfo(),
       settings: config,
       metrics: { addMetric: (name, _unit, value) => metrics.addMetric(name, MetricUnit.Count, value) },
       logger: {

@@ -7,10 +7,10 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { systemResolver } from './shared/allowlist.js';
-import { CaptchaAiClient } from './shared/captchaai/client.js';
+import { RotatingCaptchaAiClient } from './shared/captchaai/rotating-client.js';
 import { OutcomesStore } from './shared/outcomes-store.js';
 import { PipelineControl } from './shared/pipeline-control.js';
-import { getApiKey } from './shared/secret.js';
+import { ApiKeySource } from './shared/secret.js';
 import { createTargetAgent } from './shared/target-session.js';
 import { processBatch } from './worker/batch-loop.js';
 import type { WorkerDeps } from './worker/types.js';
@@ -44,34 +44,32 @@ export function createWorkerDeps(
   const sqs = clients.sqs ?? new SQSClient({});
   const secrets = clients.secrets ?? new SecretsManagerClient({});
   const resolver = overrides.resolver ?? systemResolver;
-  let client: { key: string; client: CaptchaAiClient } | undefined;
+  const captchaai = new RotatingCaptchaAiClient(
+    new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now }),
+    { baseUrl: config.captchaAiUrl, timeScale: config.timeScale, timings: config.captchaTimings, now },
+  );
+  const control = new PipelineControl({
+    lambda: clients.lambda ?? new LambdaClient({}),
+    ssm: clients.ssm ?? new SSMClient({}),
+    stateParameterName: config.pipelineStateParam,
+    workerFunctionName: config.functionName,
+    queueArn: config.queueArn,
+  });
   return {
     config,
     store: new OutcomesStore({ client: ddb, tableName: config.tableName, now }),
     sqs,
-    pipeline: new PipelineControl({
-      lambda: clients.lambda ?? new LambdaClient({}),
-      ssm: clients.ssm ?? new SSMClient({}),
-      stateParameterName: config.pipelineStateParam,
-      workerFunctionName: config.functionName,
-      queueArn: config.queueArn,
-    }),
-    solver: async () => {
-      const key = await getApiKey(secrets, config.captchaAiSecretName);
-      if (client?.key !== key) {
-        client = {
-          key,
-          client: new CaptchaAiClient({
-            apiKey: key,
-            baseUrl: config.captchaAiUrl,
-            timeScale: config.timeScale,
-            timings: config.captchaTimings,
-            now,
-          }),
-        };
-      }
-      return client.client;
+    pipeline: {
+      // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
+      // resume since its key was read drops that key, so a rotated key is used from the resume on.
+      readState: async () => {
+        const state = await control.readState();
+        captchaai.noteState(state);
+        return state;
+      },
+      pause: (reason, by, code) => control.pause(reason, by, code),
     },
+    solver: async () => captchaai,
     resolver,
     dispatcher: createTargetAgent(config.allowlist, resolver, config.targetTimeoutMs),
     now,

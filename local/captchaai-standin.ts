@@ -1,4 +1,4 @@
-import { randomBytes, randomInt } from 'node:crypto';
+import { createHash, randomBytes, randomInt } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TOKEN_LIFETIME_MS } from '../functions/shared/captchaai/timings.js';
@@ -46,7 +46,7 @@ export interface StandinOptions {
   host?: string;
   /** Plan threads. */
   threads: number;
-  /** The one valid API key. */
+  /** The one valid API key (replaceable while running: `setApiKey`, `POST /control {"apiKey"}`). */
   apiKey: string;
   /** Multiplies every latency, delay and token lifetime. @default 1 */
   timeScale?: number;
@@ -99,10 +99,17 @@ export interface StandinStats {
   solved: number;
   keyRevoked: boolean;
   planActive: boolean;
+  /**
+   * in.php and res.php requests per key, keyed by `keyFingerprint(key)` so that neither the
+   * stats nor a log of them ever holds a key (tests compute the fingerprint of the key they ask about).
+   */
+  requestsByKey: Record<string, number>;
 }
 
 export interface ControlRequest {
   threads?: number;
+  /** Makes this 32-character key the valid one; every other key answers ERROR_KEY_DOES_NOT_EXIST. */
+  apiKey?: string;
   keyRevoked?: boolean;
   planActive?: boolean;
   faults?: Partial<FaultRates>;
@@ -114,6 +121,8 @@ export interface CaptchaStandin {
   port: number;
   setThreads(n: number): void;
   setKeyRevoked(v: boolean): void;
+  /** Makes `key` the one valid key (a rotation at CaptchaAI: the old key stops working at once). */
+  setApiKey(key: string): void;
   setPlanActive(v: boolean): void;
   setFaults(f: Partial<FaultRates>): void;
   /** Queues canned answers for the next requests to `endpoint` (res.php: `action=get` only). */
@@ -182,6 +191,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   const taskIdAs = o.taskIdAs ?? 'mixed';
 
   let threads = o.threads;
+  let apiKey = o.apiKey;
   let keyRevoked = false;
   let planActive = true;
   let faults: FaultRates = checkFaults({ ...NO_FAULTS, ...o.faults });
@@ -204,6 +214,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
       errors: {} as Record<string, number>,
       zeroBalance: 0,
       solved: 0,
+      requestsByKey: {} as Record<string, number>,
     };
   }
 
@@ -302,9 +313,14 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     return true;
   }
 
+  function countKey(p: Params): void {
+    const print = keyFingerprint(p.get('key') ?? '');
+    counters.requestsByKey[print] = (counters.requestsByKey[print] ?? 0) + 1;
+  }
+
   function keyError(p: Params): string | undefined {
     const key = p.get('key') ?? '';
-    if (key === o.apiKey) return keyRevoked ? 'ERROR_KEY_DOES_NOT_EXIST' : undefined;
+    if (key === apiKey) return keyRevoked ? 'ERROR_KEY_DOES_NOT_EXIST' : undefined;
     return key.length === 32 ? 'ERROR_KEY_DOES_NOT_EXIST' : 'ERROR_WRONG_USER_KEY';
   }
 
@@ -401,6 +417,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   function control(c: unknown): void {
     if (!isRecord(c)) throw new RangeError('control body must be a JSON object');
     if (c.threads !== undefined) handle.setThreads(c.threads as number);
+    if (c.apiKey !== undefined) handle.setApiKey(c.apiKey as string);
     if (c.keyRevoked !== undefined) handle.setKeyRevoked(checkBool('keyRevoked', c.keyRevoked));
     if (c.planActive !== undefined) handle.setPlanActive(checkBool('planActive', c.planActive));
     if (c.faults !== undefined) {
@@ -446,6 +463,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
         const body: unknown = JSON.parse(raw);
         if (isRecord(body)) for (const [k, v] of Object.entries(body)) p.set(k, String(v));
       }
+      countKey(p);
       if (path === '/in.php') await inPhp(req, res, p);
       else await resPhp(req, res, p);
       return;
@@ -505,6 +523,13 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     setKeyRevoked(v) {
       keyRevoked = v;
     },
+    setApiKey(key) {
+      if (typeof key !== 'string' || !/^\S{32}$/.test(key)) {
+        throw new RangeError('apiKey must be 32 characters without spaces');
+      }
+      apiKey = key;
+      keyRevoked = false;
+    },
     setPlanActive(v) {
       planActive = v;
     },
@@ -528,6 +553,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
         solved: counters.solved,
         keyRevoked,
         planActive,
+        requestsByKey: { ...counters.requestsByKey },
       };
     },
     resetStats() {
@@ -542,6 +568,11 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     },
   };
   return handle;
+}
+
+/** A short, one-way name for a key in the stand-in's stats (the key itself is never reported). */
+export function keyFingerprint(key: string): string {
+  return createHash('sha256').update(key).digest('hex').slice(0, 12);
 }
 
 /** Reads the in.php parameters into a task, or the error CaptchaAI would answer. */
