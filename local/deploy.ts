@@ -58,6 +58,8 @@ export interface DeployOptions {
   logFile?: string;
   /** Synthesize even when a cached assembly exists. @default false */
   freshSynth?: boolean;
+  /** The emulator's account id (LocalStack's is 000000000000 for key `test`). @default MOTO_ACCOUNT */
+  account?: string;
 }
 
 export interface DeployResult {
@@ -107,11 +109,11 @@ function contextArgs(settings: StackSettings): string[] {
   return args;
 }
 
-function cdkEnv(awsEnv: Record<string, string>): NodeJS.ProcessEnv {
+function cdkEnv(awsEnv: Record<string, string>, account = MOTO_ACCOUNT): NodeJS.ProcessEnv {
   return {
     ...process.env,
     ...awsEnv,
-    CDK_DEFAULT_ACCOUNT: MOTO_ACCOUNT,
+    CDK_DEFAULT_ACCOUNT: account,
     CDK_DEFAULT_REGION: awsEnv.AWS_REGION ?? MOTO_REGION,
     CDK_DISABLE_CLI_TELEMETRY: 'true',
     AWS_EC2_METADATA_DISABLED: 'true',
@@ -254,8 +256,8 @@ export async function deployToEmulator(options: DeployOptions): Promise<DeployRe
   const stackName = String(options.settings.stackName ?? 'Threadgate');
   const secretName = String(options.settings.secretName ?? 'threadgate/captchaai-api-key');
   const captchaaiUrl = String(options.settings.captchaaiUrl ?? 'https://ocr.captchaai.com');
-  const env = cdkEnv(options.awsEnv);
-  const account = MOTO_ACCOUNT;
+  const account = options.account ?? MOTO_ACCOUNT;
+  const env = cdkEnv(options.awsEnv, account);
   const region = options.awsEnv.AWS_REGION ?? MOTO_REGION;
 
   // Synthesis needs no emulator: run it (or find it cached) while bootstrap runs.

@@ -7,8 +7,8 @@ import { request } from 'undici';
  * Why 4.14.0 (LocalStack source at tag v4.14.0, github.com/localstack/localstack, paths under
  * localstack-core/localstack/): it is the last community release (26 Feb 2026; the merged 2026.x
  * `latest` image needs LOCALSTACK_AUTH_TOKEN, 4.14.0 only warns: deprecations.py), it has
- * nodejs22.x (services/lambda_/runtimes.py; 3.x does not), and everything docs/localstack.md
- * says LocalStack does or does not prove was read from this tag. Another version may behave
+ * nodejs22.x (services/lambda_/runtimes.py; 3.x does not), and what docs/local-stack.md
+ * ("LocalStack") says LocalStack does or does not prove was read from this tag. Another version may behave
  * differently (a 2026.x image refuses to start without a token), so it is refused by name.
  *
  * What the check reads: GET /_localstack/health answers
