@@ -1,0 +1,159 @@
+import { randomUUID } from 'node:crypto';
+import { Worker } from 'node:worker_threads';
+import type { LogSink } from './log-sink.js';
+import { type DeployedFunction, errorMessage, type InvokeResult } from './types.js';
+
+const THREAD_BOOTSTRAP = new URL('./lambda-environment.mjs', import.meta.url);
+
+/** One worker thread = one execution environment, reused between invocations like a warm Lambda. */
+export class ExecutionEnvironment {
+  readonly id: string;
+  private readonly worker: Worker;
+  private pending: { id: string; resolve: (r: InvokeResult) => void } | undefined;
+  /** Resolves after the init phase: undefined when the handler loaded, else the init error. */
+  private readonly ready: Promise<{ errorType: string; errorMessage: string } | undefined>;
+  private markReady: (error?: { errorType: string; errorMessage: string }) => void = () => undefined;
+  dead = false;
+
+  constructor(
+    readonly fn: DeployedFunction,
+    awsEnv: Record<string, string>,
+    log: LogSink,
+  ) {
+    this.id = randomUUID().slice(0, 8);
+    const region = awsEnv.AWS_REGION ?? 'us-east-1';
+    const env: Record<string, string> = {
+      ...fn.env,
+      ...awsEnv,
+      AWS_LAMBDA_FUNCTION_NAME: fn.name,
+      AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
+      AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(fn.memorySize),
+      AWS_LAMBDA_LOG_GROUP_NAME: `/aws/lambda/${fn.name}`,
+      AWS_LAMBDA_LOG_STREAM_NAME: `local/${this.id}`,
+      AWS_EXECUTION_ENV: `AWS_Lambda_${fn.runtime}`,
+      AWS_LAMBDA_INITIALIZATION_TYPE: 'on-demand',
+      AWS_REGION: region,
+      AWS_DEFAULT_REGION: region,
+      LAMBDA_TASK_ROOT: fn.taskRoot,
+      _HANDLER: fn.handler,
+      // Lambda runs Node 22; the SDK's notice about this machine's Node 20 is noise in the log.
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+    };
+    this.worker = new Worker(THREAD_BOOTSTRAP, {
+      env,
+      workerData: { taskRoot: fn.taskRoot, handler: fn.handler },
+      stdout: true,
+      stderr: true,
+    });
+    for (const stream of [this.worker.stdout, this.worker.stderr]) {
+      let buffered = '';
+      stream.setEncoding('utf8');
+      stream.on('data', (chunk: string) => {
+        buffered += chunk;
+        const lines = buffered.split('\n');
+        buffered = lines.pop() ?? '';
+        for (const line of lines) log.line(`${this.id} ${line}`);
+      });
+      stream.on('end', () => {
+        if (buffered) log.line(`${this.id} ${buffered}`);
+      });
+    }
+    this.ready = new Promise((resolve) => {
+      this.markReady = resolve;
+    });
+    this.worker.on(
+      'message',
+      (msg: { type: string; id: string; ok: boolean; payload?: unknown; error?: never }) => {
+        if (msg.type === 'ready' || msg.type === 'init-error') {
+          this.markReady(msg.type === 'ready' ? undefined : msg.error);
+          return;
+        }
+        if (msg.type !== 'result' || this.pending?.id !== msg.id) return;
+        const { resolve } = this.pending;
+        this.pending = undefined;
+        resolve({ ok: msg.ok, payload: msg.payload, error: msg.error });
+      },
+    );
+    const fail = (errorType: string, errorMessage: string) => {
+      this.dead = true;
+      this.markReady({ errorType, errorMessage });
+      if (!this.pending) return;
+      const { resolve } = this.pending;
+      this.pending = undefined;
+      resolve({ ok: false, error: { errorType, errorMessage } });
+    };
+    this.worker.on('error', (err) => fail('Runtime.ExitError', errorMessage(err)));
+    this.worker.on('exit', (code) =>
+      fail('Runtime.ExitError', `execution environment exited with code ${code}`),
+    );
+  }
+
+  async whenReady(): Promise<void> {
+    await this.ready;
+  }
+
+  /**
+   * Runs one invocation. The init phase (loading the module) is not part of the function
+   * timeout, as in Lambda; on a loaded two-core machine a cold start of a large bundle can
+   * take seconds.
+   */
+  async invoke(event: unknown, requestId: string, region: string): Promise<InvokeResult> {
+    const initError = await this.ready;
+    if (initError) {
+      this.dead = true;
+      return { ok: false, error: initError };
+    }
+    if (this.dead) {
+      return {
+        ok: false,
+        error: { errorType: 'Runtime.ExitError', errorMessage: 'execution environment exited' },
+      };
+    }
+    const timeoutMs = this.fn.timeoutSeconds * 1000;
+    const deadlineMs = Date.now() + timeoutMs;
+    return new Promise<InvokeResult>((resolve) => {
+      const timer = setTimeout(() => {
+        if (this.pending?.id !== requestId) return;
+        this.pending = undefined;
+        this.dead = true;
+        void this.worker.terminate();
+        resolve({
+          ok: false,
+          timedOut: true,
+          error: {
+            errorType: 'Sandbox.Timedout',
+            errorMessage: `Task timed out after ${this.fn.timeoutSeconds} seconds`,
+          },
+        });
+      }, timeoutMs);
+      this.pending = {
+        id: requestId,
+        resolve: (r) => {
+          clearTimeout(timer);
+          resolve(r);
+        },
+      };
+      this.worker.postMessage({
+        type: 'invoke',
+        id: requestId,
+        event,
+        context: {
+          functionName: this.fn.name,
+          functionVersion: '$LATEST',
+          invokedFunctionArn: this.fn.arn,
+          memoryLimitInMB: String(this.fn.memorySize),
+          awsRequestId: requestId,
+          logGroupName: `/aws/lambda/${this.fn.name}`,
+          logStreamName: `local/${this.id}`,
+          deadlineMs,
+          region,
+        },
+      });
+    });
+  }
+
+  terminate(): Promise<number> {
+    this.dead = true;
+    return this.worker.terminate();
+  }
+}

@@ -1,0 +1,132 @@
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import {
+  type FunctionConfiguration,
+  GetFunctionCommand,
+  GetFunctionConcurrencyCommand,
+} from '@aws-sdk/client-lambda';
+import type { LocalRuntime } from '../runtime.js';
+import { ExecutionEnvironment } from './execution-environment.js';
+import { LogSink } from './log-sink.js';
+import type { DeployedFunction, FunctionStats, InvokeResult } from './types.js';
+
+/** A deployed function: its configuration, its idle environments and its counters. */
+export class FunctionHost {
+  readonly stats: FunctionStats = {
+    invocations: 0,
+    inFlight: 0,
+    maxInFlight: 0,
+    errors: 0,
+    timeouts: 0,
+    throttles: 0,
+    reservedConcurrency: undefined,
+  };
+  private idle: ExecutionEnvironment[] = [];
+  private readonly busy = new Set<ExecutionEnvironment>();
+  private readonly log: LogSink;
+  fn: DeployedFunction | undefined;
+
+  constructor(
+    readonly name: string,
+    private readonly runtime: LocalRuntime,
+  ) {
+    this.log = new LogSink(join(runtime.options.logDir, `${name}.log`), runtime.options.redact ?? []);
+  }
+
+  /** Re-reads configuration and reserved concurrency; new code or env retires idle environments. */
+  async refresh(): Promise<void> {
+    const out = await this.runtime.lambda.send(new GetFunctionCommand({ FunctionName: this.name }));
+    const conf = out.Configuration as FunctionConfiguration;
+    const reserved = await this.runtime.lambda.send(
+      new GetFunctionConcurrencyCommand({ FunctionName: this.name }),
+    );
+    this.stats.reservedConcurrency = reserved.ReservedConcurrentExecutions;
+    const env = conf.Environment?.Variables ?? {};
+    const codeSha = conf.CodeSha256 ?? '';
+    const changed =
+      !this.fn ||
+      this.fn.codeSha !== codeSha ||
+      this.fn.handler !== conf.Handler ||
+      this.fn.timeoutSeconds !== (conf.Timeout ?? 3) ||
+      JSON.stringify(this.fn.env) !== JSON.stringify(env);
+    if (!changed) return;
+    const taskRoot = await this.runtime.codeDirFor(this.name, codeSha, out.Code?.Location);
+    this.fn = {
+      name: this.name,
+      arn: conf.FunctionArn ?? this.name,
+      handler: conf.Handler ?? 'index.handler',
+      timeoutSeconds: conf.Timeout ?? 3,
+      memorySize: conf.MemorySize ?? 128,
+      runtime: conf.Runtime ?? 'nodejs22.x',
+      env,
+      codeSha,
+      taskRoot,
+    };
+    const stale = this.idle;
+    this.idle = [];
+    await Promise.all(stale.map((e) => e.terminate()));
+  }
+
+  /** Reserved concurrency left for one more invocation (scheduled invocations are throttled beyond it). */
+  hasCapacity(): boolean {
+    const reserved = this.stats.reservedConcurrency;
+    return reserved === undefined || this.stats.inFlight < reserved;
+  }
+
+  /** Starts `count` idle environments and waits for their init phase (see LocalRuntimeOptions.prewarm). */
+  async prewarm(count: number): Promise<void> {
+    const fn = this.fn;
+    if (!fn) return;
+    const fresh = Array.from(
+      { length: Math.max(0, count - this.idle.length) },
+      () => new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log),
+    );
+    await Promise.all(fresh.map((e) => e.whenReady()));
+    this.idle.push(...fresh.filter((e) => !e.dead));
+  }
+
+  async invoke(event: unknown): Promise<InvokeResult> {
+    const fn = this.fn;
+    if (!fn) throw new Error(`function ${this.name} is not loaded`);
+    const requestId = randomUUID();
+    const env = this.idle.pop() ?? new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log);
+    this.busy.add(env);
+    this.stats.invocations++;
+    this.stats.inFlight++;
+    this.stats.maxInFlight = Math.max(this.stats.maxInFlight, this.stats.inFlight);
+    this.log.line(`${env.id} START RequestId: ${requestId}`);
+    const started = Date.now();
+    try {
+      const result = await env.invoke(event, requestId, this.runtime.region);
+      if (!result.ok) {
+        this.stats.errors++;
+        if (result.timedOut) {
+          this.stats.timeouts++;
+          this.runtime.emit({ type: 'timeout', functionName: this.name, timeoutSeconds: fn.timeoutSeconds });
+        } else {
+          this.runtime.emit({
+            type: 'invoke-error',
+            functionName: this.name,
+            errorType: result.error?.errorType ?? 'Error',
+            errorMessage: result.error?.errorMessage ?? '',
+          });
+        }
+        this.log.line(`${env.id} ERROR ${result.error?.errorType}: ${result.error?.errorMessage}`);
+      }
+      return result;
+    } finally {
+      this.stats.inFlight--;
+      this.busy.delete(env);
+      this.log.line(`${env.id} END RequestId: ${requestId} Duration: ${Date.now() - started} ms`);
+      if (!env.dead && this.fn === fn && !this.runtime.stopped) this.idle.push(env);
+      else void env.terminate();
+    }
+  }
+
+  async stop(): Promise<void> {
+    const all = [...this.idle, ...this.busy];
+    this.idle = [];
+    await Promise.all(all.map((e) => e.terminate()));
+    await this.log.close();
+  }
+}

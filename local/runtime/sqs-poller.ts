@@ -1,0 +1,266 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type EventSourceMappingConfiguration, GetEventSourceMappingCommand } from '@aws-sdk/client-lambda';
+import {
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageBatchCommand,
+  GetQueueUrlCommand,
+  type Message,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
+import type { LocalRuntime } from '../runtime.js';
+import type { FunctionHost } from './function-host.js';
+import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
+import { errorMessage, type InvokeResult, type MappingStats } from './types.js';
+
+/**
+ * Lambda's SQS poller for one event source mapping. Up to `limit` loops receive batches; a
+ * received batch is invoked only while fewer than `limit` invocations of this mapping run,
+ * so the limit holds even right after it drops. The mapping is re-read before each receive
+ * (at most every `stateMaxAgeMs`), and a batch received just before the mapping was disabled
+ * is made visible again instead of being invoked.
+ */
+export class SqsPoller {
+  readonly stats: MappingStats;
+  private queueUrl: string | undefined;
+  private reportBatchItemFailures = false;
+  private loops = 0;
+  private active = 0;
+  private readonly running: Promise<void>[] = [];
+  private wake: (() => void)[] = [];
+  private lastRead = 0;
+  private reading: Promise<void> | undefined;
+
+  constructor(
+    private readonly runtime: LocalRuntime,
+    private readonly host: FunctionHost,
+    mapping: EventSourceMappingConfiguration,
+  ) {
+    this.stats = {
+      uuid: mapping.UUID ?? '',
+      functionName: host.name,
+      queueArn: mapping.EventSourceArn ?? '',
+      enabled: false,
+      batchSize: 10,
+      maximumConcurrency: undefined,
+      limit: 0,
+      received: 0,
+      deleted: 0,
+      failedItems: 0,
+    };
+  }
+
+  /** Re-reads the mapping; more loops start when the limit grows, surplus ones idle when it falls. */
+  async refresh(): Promise<void> {
+    if (!this.queueUrl) {
+      const [, , , , account, queueName] = this.stats.queueArn.split(':');
+      const q = await this.runtime.sqs.send(
+        new GetQueueUrlCommand({ QueueName: queueName, QueueOwnerAWSAccountId: account }),
+      );
+      this.queueUrl = q.QueueUrl;
+    }
+    await this.readMapping();
+    while (this.loops < this.stats.limit) {
+      const index = this.loops++;
+      this.running.push(this.loop(index));
+    }
+  }
+
+  /** The mapping as of at most `stateMaxAgeMs` ago. */
+  private fresh(): Promise<void> {
+    if (Date.now() - this.lastRead <= this.runtime.stateMaxAgeMs) return Promise.resolve();
+    this.reading ??= this.readMapping().finally(() => {
+      this.reading = undefined;
+    });
+    return this.reading;
+  }
+
+  private async readMapping(): Promise<void> {
+    const m = await this.runtime.lambda.send(new GetEventSourceMappingCommand({ UUID: this.stats.uuid }));
+    this.lastRead = Date.now();
+    const state = m.State ?? 'Enabled';
+    const enabled =
+      state === 'Enabled' || state === 'Enabling' || state === 'Updating' || state === 'Creating';
+    const batchSize = Math.max(1, Math.min(m.BatchSize ?? 10, 10));
+    const maximum = m.ScalingConfig?.MaximumConcurrency;
+    const reserved = this.host.stats.reservedConcurrency;
+    // unreservedLimit stands in for the account's unreserved pool only when neither knob is set.
+    const limit = !enabled
+      ? 0
+      : reserved === undefined && maximum === undefined
+        ? this.runtime.unreservedLimit
+        : Math.min(reserved ?? Number.POSITIVE_INFINITY, maximum ?? Number.POSITIVE_INFINITY);
+    this.reportBatchItemFailures = (m.FunctionResponseTypes ?? []).includes('ReportBatchItemFailures');
+    const changed = limit !== this.stats.limit || enabled !== this.stats.enabled;
+    Object.assign(this.stats, { enabled, batchSize, maximumConcurrency: maximum, limit });
+    if (changed) {
+      this.runtime.emit({
+        type: 'limit',
+        functionName: this.host.name,
+        uuid: this.stats.uuid,
+        limit,
+        enabled,
+      });
+      this.runtime.runtimeLog.line(
+        `mapping ${this.stats.uuid} → ${this.host.name}: ${enabled ? 'enabled' : 'disabled'}, concurrency ${limit} (reserved ${reserved ?? 'none'}, maximum ${maximum ?? 'none'})`,
+      );
+    }
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    for (const w of this.wake.splice(0)) w();
+  }
+
+  private waitForChange(ms = this.runtime.refreshMs): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, ms);
+      this.wake.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  /**
+   * moto picks and marks messages in ReceiveMessage without a lock, so two concurrent receives
+   * can be handed the same message (seen: an unkeyed bad message copied to the DLQ twice).
+   * The slots of one mapping therefore receive one at a time; the receive is short next to a
+   * solve, so this costs no concurrency.
+   */
+  private receiveChain: Promise<unknown> = Promise.resolve();
+  private oneReceiveAtATime<T>(receive: () => Promise<T>): Promise<T> {
+    const run = this.receiveChain.then(receive, receive);
+    this.receiveChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async loop(index: number): Promise<void> {
+    let idleMs = 0;
+    while (!this.runtime.stopped) {
+      if (!this.stats.enabled || index >= this.stats.limit || !this.host.fn || !this.queueUrl) {
+        await this.waitForChange();
+        continue;
+      }
+      if (idleMs > 0) await sleep(idleMs);
+      let messages: Message[];
+      try {
+        await this.fresh();
+        if (!this.stats.enabled || index >= this.stats.limit) continue;
+        const queueUrl = this.queueUrl;
+        const out = await this.oneReceiveAtATime(() =>
+          this.runtime.sqs.send(
+            new ReceiveMessageCommand({
+              QueueUrl: queueUrl,
+              MaxNumberOfMessages: this.stats.batchSize,
+              WaitTimeSeconds: this.runtime.receiveWaitSeconds,
+              MessageSystemAttributeNames: ['All'],
+              MessageAttributeNames: ['All'],
+            }),
+          ),
+        );
+        messages = out.Messages ?? [];
+      } catch (err) {
+        if (this.runtime.stopped) return;
+        this.runtime.emit({
+          type: 'error',
+          where: `receive ${this.stats.queueArn}`,
+          message: errorMessage(err),
+        });
+        await sleep(1000);
+        continue;
+      }
+      if (this.runtime.stopped) return;
+      if (messages.length === 0) {
+        // An empty queue: back off up to one second between short polls.
+        idleMs = Math.min(1000, Math.max(50, idleMs * 2));
+        continue;
+      }
+      idleMs = 0;
+      this.stats.received += messages.length;
+      await this.dispatch(messages);
+    }
+  }
+
+  /** Invokes the batch once a slot is free; a batch received as the mapping was disabled goes back to the queue. */
+  private async dispatch(messages: Message[]): Promise<void> {
+    try {
+      await this.fresh();
+    } catch {
+      // Keep the last known state.
+    }
+    while (!this.runtime.stopped && this.stats.enabled && this.active >= this.stats.limit) {
+      await this.waitForChange();
+    }
+    if (this.runtime.stopped) return;
+    if (!this.stats.enabled) {
+      await this.release(messages);
+      return;
+    }
+    this.active++;
+    try {
+      await this.process(messages);
+    } finally {
+      this.active--;
+      this.wakeAll();
+    }
+  }
+
+  private async release(messages: Message[]): Promise<void> {
+    try {
+      await this.runtime.sqs.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: messages.map((m, n) => ({
+            Id: String(n),
+            ReceiptHandle: m.ReceiptHandle,
+            VisibilityTimeout: 0,
+          })),
+        }),
+      );
+    } catch (err) {
+      this.runtime.emit({
+        type: 'error',
+        where: `release ${this.stats.queueArn}`,
+        message: errorMessage(err),
+      });
+    }
+  }
+
+  private async process(messages: Message[]): Promise<void> {
+    const records = messages.map((m) => toSqsRecord(m, this.stats.queueArn, this.runtime.region));
+    let result: InvokeResult;
+    try {
+      result = await this.host.invoke({ Records: records });
+    } catch (err) {
+      result = { ok: false, error: { errorType: 'Runtime.Error', errorMessage: errorMessage(err) } };
+    }
+    if (this.runtime.stopped) return;
+    const ids = messages.map((m) => m.MessageId ?? '');
+    const succeeded = new Set(succeededMessageIds(ids, result, this.reportBatchItemFailures));
+    this.stats.failedItems += ids.length - succeeded.size;
+    const toDelete = messages.filter((m) => succeeded.has(m.MessageId ?? ''));
+    for (let i = 0; i < toDelete.length; i += 10) {
+      const chunk = toDelete.slice(i, i + 10);
+      try {
+        const out = await this.runtime.sqs.send(
+          new DeleteMessageBatchCommand({
+            QueueUrl: this.queueUrl,
+            Entries: chunk.map((m, n) => ({ Id: String(n), ReceiptHandle: m.ReceiptHandle })),
+          }),
+        );
+        this.stats.deleted += out.Successful?.length ?? 0;
+      } catch (err) {
+        this.runtime.emit({
+          type: 'error',
+          where: `delete ${this.stats.queueArn}`,
+          message: errorMessage(err),
+        });
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.wakeAll();
+    await Promise.allSettled(this.running);
+  }
+}

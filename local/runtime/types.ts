@@ -1,0 +1,97 @@
+export interface LocalRuntimeOptions {
+  /** AWS_ENDPOINT_URL, AWS_REGION and credentials of the emulator (see local/moto.ts awsEnvFor). */
+  awsEnv: Record<string, string>;
+  /** Directory for `<function>.log` and `runtime.log`. */
+  logDir: string;
+  /** Multiplies scheduled rules' rates (0.01 runs a one-minute rule every 0.6 s). @default 1 */
+  timeScale?: number;
+  /** How often mappings, concurrency and rules are re-read, in ms. @default 500 */
+  refreshMs?: number;
+  /** Run only these functions (default: every function with an SQS mapping or a scheduled rule). */
+  functionNames?: string[];
+  /** Unzipped code per CodeSha256 is cached here. @default <logDir>/code */
+  codeCacheDir?: string;
+  /** Use this directory as a function's code instead of fetching its zip (keyed by function name). */
+  codeDirs?: Record<string, string>;
+  /** Strings replaced by `***` in function logs (e.g. the API key), as a second line of defence. */
+  redact?: string[];
+  /** Concurrency of a mapping whose function has neither reserved concurrency nor a mapping maximum. @default 10 */
+  unreservedLimit?: number;
+  /**
+   * Long-poll wait of each ReceiveMessage, in seconds. The default 0 (short polls with an idle
+   * back-off up to 1 s) keeps a receive from straddling a disable: moto marks a message received
+   * even when the long poll that took it is no longer wanted. @default 0
+   */
+  receiveWaitSeconds?: number;
+  /** A mapping read older than this is refreshed before the next receive, in ms. @default 100 */
+  stateMaxAgeMs?: number;
+  /**
+   * Start (and init) every execution environment the deployed concurrency allows before
+   * polling begins, like provisioned concurrency: the first wave of records then does not
+   * share the CPU with a burst of cold starts (seconds each for a large bundle on a loaded
+   * two-core machine). Environments that time out or crash are replaced by cold ones. @default false
+   */
+  prewarm?: boolean;
+  /** Called for configuration changes and invocation failures (the CLI shows some of them). */
+  onEvent?: (event: RuntimeEvent) => void;
+}
+
+export type RuntimeEvent =
+  | { type: 'limit'; functionName: string; uuid: string; limit: number; enabled: boolean }
+  | { type: 'invoke-error'; functionName: string; errorType: string; errorMessage: string }
+  | { type: 'timeout'; functionName: string; timeoutSeconds: number }
+  | { type: 'rule'; ruleName: string; functionName: string }
+  | { type: 'error'; where: string; message: string };
+
+export interface FunctionStats {
+  invocations: number;
+  inFlight: number;
+  maxInFlight: number;
+  errors: number;
+  timeouts: number;
+  throttles: number;
+  reservedConcurrency: number | undefined;
+}
+
+export interface MappingStats {
+  uuid: string;
+  functionName: string;
+  queueArn: string;
+  enabled: boolean;
+  batchSize: number;
+  maximumConcurrency: number | undefined;
+  /** Concurrency the poller uses now: min(reserved, maximum), 0 when disabled. */
+  limit: number;
+  received: number;
+  deleted: number;
+  failedItems: number;
+}
+
+export interface RuntimeStats {
+  functions: Record<string, FunctionStats>;
+  mappings: MappingStats[];
+  rules: { name: string; schedule: string; periodMs: number | undefined; fired: number; skipped: number }[];
+}
+
+export interface InvokeResult {
+  ok: boolean;
+  payload?: unknown;
+  error?: { errorType: string; errorMessage: string };
+  timedOut?: boolean;
+}
+
+export interface DeployedFunction {
+  name: string;
+  arn: string;
+  handler: string;
+  timeoutSeconds: number;
+  memorySize: number;
+  runtime: string;
+  env: Record<string, string>;
+  codeSha: string;
+  taskRoot: string;
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
