@@ -9,17 +9,15 @@ import type { CaptchaTask } from '../functions/shared/captchaai/types.js';
 import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/shared/job-schema.js';
 import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
 import { REPO_ROOT } from '../local/deploy.js';
+import { type LocalStack, startLocalStack } from '../local/local-stack.js';
+import { queueDepth } from '../local/local-stack-observation.js';
+import { expectedOutcomes, generatedRecords } from '../local/local-stack-records.js';
 import {
-  expectedOutcomes,
   feedQueue,
-  generatedRecords,
-  type LocalStack,
   progressOf,
-  queueDepth,
   type RunSummary,
-  startLocalStack,
   summarize as summarizeRun,
-} from '../local/local-stack.js';
+} from '../local/local-stack-run.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import {
   AWS_PRICES,

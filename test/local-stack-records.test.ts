@@ -3,7 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { validateJobMessage } from '../functions/shared/job-schema.js';
-import { expectedOutcomes, generatedRecords, readRecordsFile, sampleRecords } from '../local/local-stack.js';
+import {
+  expectedOutcomes,
+  generatedRecords,
+  readRecordsFile,
+  sampleRecords,
+} from '../local/local-stack-records.js';
 
 const TARGET = 'http://127.0.0.1:8932';
 

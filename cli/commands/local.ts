@@ -1,16 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import {
-  generatedRecords,
-  type LocalStack,
-  type RunProgress,
-  type RunSummary,
-  readRecordsFile,
-  runRecords,
-  sampleRecords,
-  startLocalStack,
-} from '../../local/local-stack.js';
+import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
+import { generatedRecords, readRecordsFile, sampleRecords } from '../../local/local-stack-records.js';
+import { type RunProgress, type RunSummary, runRecords } from '../../local/local-stack-run.js';
 import { CliError, EXIT } from '../exit-codes.js';
 
 interface LocalOptions {

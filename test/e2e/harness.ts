@@ -7,14 +7,13 @@ import {
   SendMessageBatchCommand,
 } from '@aws-sdk/client-sqs';
 import { REPO_ROOT } from '../../local/deploy.js';
+import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
 import {
   FINAL_STATUSES,
-  type LocalStack,
   type OutcomeRow,
   queueDepth,
   readOutcomes,
-  startLocalStack,
-} from '../../local/local-stack.js';
+} from '../../local/local-stack-observation.js';
 
 /**
  * Shared pieces of the end-to-end suites: one deployed stack per test file (moto + the real

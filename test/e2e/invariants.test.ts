@@ -1,12 +1,9 @@
 import { PurgeQueueCommand, ReceiveMessageCommand, SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  feedQueue,
-  generatedRecords,
-  type LocalStack,
-  queueDepth,
-  readDlq,
-} from '../../local/local-stack.js';
+import type { LocalStack } from '../../local/local-stack.js';
+import { queueDepth, readDlq } from '../../local/local-stack-observation.js';
+import { generatedRecords } from '../../local/local-stack-records.js';
+import { feedQueue } from '../../local/local-stack-run.js';
 import { malformedJobs } from '../fixtures/job-catalog.js';
 import {
   CAP,

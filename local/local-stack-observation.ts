@@ -1,0 +1,104 @@
+import {
+  GetQueueAttributesCommand,
+  type MessageAttributeValue,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
+import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import type { LocalStack } from './local-stack.js';
+
+/** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
+
+export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+
+export interface OutcomeRow {
+  record_key: string;
+  status: string;
+  reason?: string;
+  attempts?: number;
+  target_status?: number;
+  captcha_type?: string;
+  [key: string]: unknown;
+}
+
+export interface DlqEntry {
+  messageId: string;
+  body: string;
+  recordKey?: string;
+  errorCode?: string;
+  reason?: string;
+}
+
+export async function queueDepth(
+  stack: Pick<LocalStack, 'sqs'>,
+  queueUrl: string,
+): Promise<{ visible: number; inFlight: number }> {
+  const out = await stack.sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+    }),
+  );
+  return {
+    visible: Number(out.Attributes?.ApproximateNumberOfMessages ?? 0),
+    inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0),
+  };
+}
+
+/** Every outcome row (a Scan: the local tables are small). */
+export async function readOutcomes(stack: Pick<LocalStack, 'documents' | 'outputs'>): Promise<OutcomeRow[]> {
+  const rows: OutcomeRow[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const out = await stack.documents.send(
+      new ScanCommand({ TableName: stack.outputs.TableName, ExclusiveStartKey: start }),
+    );
+    rows.push(...((out.Items ?? []) as OutcomeRow[]));
+    start = out.LastEvaluatedKey;
+  } while (start);
+  return rows;
+}
+
+function attr(attrs: Record<string, MessageAttributeValue> | undefined, name: string): string | undefined {
+  return attrs?.[name]?.StringValue;
+}
+
+/**
+ * The DLQ's messages with their reason attributes. Reading receives them with a short
+ * visibility timeout, so they are back in the DLQ (for a redrive) a moment later.
+ */
+export async function readDlq(
+  stack: Pick<LocalStack, 'sqs' | 'outputs'>,
+  visibilitySeconds = 2,
+): Promise<DlqEntry[]> {
+  const seen = new Map<string, DlqEntry>();
+  for (let round = 0; round < 1000; round++) {
+    const out = await stack.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        MaxNumberOfMessages: 10,
+        VisibilityTimeout: visibilitySeconds,
+        MessageAttributeNames: ['All'],
+      }),
+    );
+    const messages = out.Messages ?? [];
+    if (messages.length === 0) break;
+    for (const m of messages) {
+      seen.set(m.MessageId ?? '', {
+        messageId: m.MessageId ?? '',
+        body: m.Body ?? '',
+        recordKey: attr(m.MessageAttributes, 'record_key'),
+        errorCode: attr(m.MessageAttributes, 'error_code'),
+        reason: attr(m.MessageAttributes, 'reason'),
+      });
+    }
+  }
+  return [...seen.values()];
+}
+
+/** The cap the pipeline runs at now: the poller's limit locally, else min(reserved, mapping maximum). */
+export async function currentCap(stack: LocalStack): Promise<number> {
+  const mapping = stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
+  if (mapping) return mapping.enabled ? mapping.limit : 0;
+  const m = await stack.control.readMapping();
+  return m.enabled ? (m.maximumConcurrency ?? 0) : 0;
+}

@@ -1,0 +1,193 @@
+import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
+import type { PipelineState } from '../functions/shared/pipeline-control.js';
+import type { LocalStack } from './local-stack.js';
+import { currentCap, FINAL_STATUSES, queueDepth, readDlq, readOutcomes } from './local-stack-observation.js';
+import { expectedOutcomes } from './local-stack-records.js';
+
+/** A run on the local stack: feed records, watch progress until every record finished, summarize. */
+
+/**
+ * Sends bodies in batches of 10, keeping at most `maxQueued` visible in the queue: moto's
+ * SQS gets slower as a queue grows, and real producers stream too.
+ */
+export async function feedQueue(
+  stack: Pick<LocalStack, 'sqs'>,
+  queueUrl: string,
+  bodies: string[],
+  options: { maxQueued?: number; signal?: AbortSignal; onSent?: (sent: number) => void } = {},
+): Promise<void> {
+  const maxQueued = options.maxQueued ?? 50;
+  let sent = 0;
+  while (sent < bodies.length) {
+    if (options.signal?.aborted) return;
+    const depth = await queueDepth(stack, queueUrl);
+    const room = Math.max(0, maxQueued - depth.visible);
+    if (room === 0) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      continue;
+    }
+    const end = Math.min(bodies.length, sent + room);
+    for (let i = sent; i < end; i += 10) {
+      const chunk = bodies.slice(i, Math.min(end, i + 10));
+      const out = await stack.sqs.send(
+        new SendMessageBatchCommand({
+          QueueUrl: queueUrl,
+          Entries: chunk.map((body, n) => ({ Id: String(n), MessageBody: body })),
+        }),
+      );
+      if (out.Failed?.length) {
+        throw new Error(
+          `SendMessageBatch failed for ${out.Failed.length} messages: ${out.Failed[0]?.Message}`,
+        );
+      }
+      sent += chunk.length;
+      options.onSent?.(sent);
+    }
+  }
+}
+
+export interface RunProgress {
+  total: number;
+  done: number;
+  sent: number;
+  inFlight: number;
+  cap: number;
+  planThreads: number;
+  outcomes: Record<string, number>;
+  dlq: number;
+  elapsedS: number;
+  paused: PipelineState | undefined;
+}
+
+export interface RunSummary {
+  records: number;
+  outcomes: Record<string, number>;
+  dlq: number;
+  captcha_submits: number;
+  max_in_flight: number;
+  cap: number;
+  plan_threads: number;
+  elapsed_s: number;
+  zero_balance: number;
+  invocations: number;
+  paused: PipelineState | undefined;
+  complete: boolean;
+  dlq_reasons: Record<string, number>;
+  deploy_s: number | undefined;
+  log_dir: string;
+}
+
+/** Counts toward "done": final outcome rows of the run's keys, plus DLQ messages. */
+export async function progressOf(
+  stack: LocalStack,
+  expected: { keys: Set<string>; unkeyed: number },
+  startedAt: number,
+  sent: number,
+): Promise<RunProgress> {
+  const [rows, dlq, state, cap] = await Promise.all([
+    readOutcomes(stack),
+    queueDepth(stack, stack.outputs.DlqUrl),
+    stack.control.readState(),
+    currentCap(stack),
+  ]);
+  const outcomes: Record<string, number> = {};
+  let final = 0;
+  for (const row of rows) {
+    if (!expected.keys.has(row.record_key)) continue;
+    outcomes[row.status] = (outcomes[row.status] ?? 0) + 1;
+    if ((FINAL_STATUSES as readonly string[]).includes(row.status)) final++;
+  }
+  const standin = stack.captcha.stats();
+  const dlqCount = dlq.visible + dlq.inFlight;
+  return {
+    total: expected.keys.size + expected.unkeyed,
+    done: Math.min(expected.keys.size + expected.unkeyed, final + dlqCount),
+    sent,
+    inFlight: standin.inFlight,
+    cap,
+    planThreads: standin.threads,
+    outcomes,
+    dlq: dlqCount,
+    elapsedS: (Date.now() - startedAt) / 1000,
+    paused: state.paused ? state : undefined,
+  };
+}
+
+export interface RunOptions {
+  /** Called about every `intervalMs` with fresh counts. */
+  onProgress?: (p: RunProgress) => void;
+  intervalMs?: number;
+  /** Give up after this long (the summary says complete: false). @default 600000 */
+  timeoutMs?: number;
+  /** Stop waiting as soon as the pipeline is paused. @default true */
+  stopWhenPaused?: boolean;
+  signal?: AbortSignal;
+  maxQueued?: number;
+}
+
+/** Feeds the bodies, waits until each has an outcome or a DLQ entry (or a pause, a timeout), summarizes. */
+export async function runRecords(
+  stack: LocalStack,
+  bodies: string[],
+  options: RunOptions = {},
+): Promise<RunSummary> {
+  const startedAt = Date.now();
+  const expected = expectedOutcomes(bodies);
+  let sent = 0;
+  const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, {
+    maxQueued: options.maxQueued,
+    signal: options.signal,
+    onSent: (n) => {
+      sent = n;
+    },
+  });
+  let feedError: unknown;
+  feeding.catch((err) => {
+    feedError = err;
+  });
+  const timeoutMs = options.timeoutMs ?? 600_000;
+  let last: RunProgress;
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, options.intervalMs ?? 500));
+    if (feedError) throw feedError;
+    last = await progressOf(stack, expected, startedAt, sent);
+    options.onProgress?.(last);
+    if (last.done >= last.total && sent === bodies.length) break;
+    if (last.paused && options.stopWhenPaused !== false) break;
+    if (options.signal?.aborted || Date.now() - startedAt > timeoutMs) break;
+  }
+  return summarize(stack, last, startedAt);
+}
+
+export async function summarize(
+  stack: LocalStack,
+  last: RunProgress,
+  startedAt: number,
+): Promise<RunSummary> {
+  const standin = stack.captcha.stats();
+  const dlqReasons: Record<string, number> = {};
+  if (last.dlq > 0) {
+    for (const entry of await readDlq(stack, 1)) {
+      const reason = entry.errorCode ?? entry.reason ?? 'unknown';
+      dlqReasons[reason] = (dlqReasons[reason] ?? 0) + 1;
+    }
+  }
+  const worker = stack.runtime?.stats().functions[stack.outputs.WorkerFunctionName];
+  return {
+    records: last.total,
+    outcomes: last.outcomes,
+    dlq: last.dlq,
+    captcha_submits: standin.submits,
+    max_in_flight: standin.maxInFlight,
+    cap: last.cap,
+    plan_threads: standin.threads,
+    elapsed_s: Math.round((Date.now() - startedAt) / 100) / 10,
+    zero_balance: standin.zeroBalance,
+    invocations: worker?.invocations ?? 0,
+    paused: last.paused,
+    complete: last.done >= last.total,
+    dlq_reasons: dlqReasons,
+    deploy_s: stack.deploy ? Math.round(stack.deploy.timings.totalMs / 100) / 10 : undefined,
+    log_dir: stack.logDir,
+  };
+}
