@@ -1,4 +1,9 @@
-import { CloudFormationClient, DescribeStacksCommand, type Stack } from '@aws-sdk/client-cloudformation';
+import {
+  CloudFormationClient,
+  DescribeStacksCommand,
+  paginateDescribeStacks,
+  type Stack,
+} from '@aws-sdk/client-cloudformation';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { GetFunctionConfigurationCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -181,15 +186,13 @@ export function output(stack: ThreadgateStack, key: OutputKey): string {
 
 async function threadgateStacksHere(aws: AwsContext): Promise<string[]> {
   const names: string[] = [];
-  let token: string | undefined;
-  do {
-    const out = await aws.clients.cloudFormation.send(new DescribeStacksCommand({ NextToken: token }));
-    for (const s of out.Stacks ?? []) {
+  for await (const page of paginateDescribeStacks({ client: aws.clients.cloudFormation }, {})) {
+    for (const s of page.Stacks ?? []) {
       const keys = new Set((s.Outputs ?? []).map((o) => o.OutputKey));
       if (keys.has('QueueUrl') && keys.has('PipelineStateParameter') && s.StackName) names.push(s.StackName);
     }
-    token = out.NextToken;
-  } while (token && names.length < 20);
+    if (names.length >= 20) break;
+  }
   return names;
 }
 

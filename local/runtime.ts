@@ -10,7 +10,7 @@ import {
   type EventSourceMappingConfiguration,
   GetEventSourceMappingCommand,
   LambdaClient,
-  ListEventSourceMappingsCommand,
+  paginateListEventSourceMappings,
 } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
@@ -162,17 +162,15 @@ export class LocalRuntime {
 
   private async doRefresh(prewarm = false): Promise<void> {
     const mappings: EventSourceMappingConfiguration[] = [];
-    let marker: string | undefined;
-    do {
-      const out = await this.lambda.send(new ListEventSourceMappingsCommand({ Marker: marker }));
-      mappings.push(...(out.EventSourceMappings ?? []));
-      marker = out.NextMarker;
-    } while (marker);
+    for await (const page of paginateListEventSourceMappings({ client: this.lambda }, {})) {
+      mappings.push(...(page.EventSourceMappings ?? []));
+    }
     const sqsMappings = mappings.filter(
       (m) => m.EventSourceArn?.startsWith('arn:aws:sqs:') && this.wanted(m.FunctionArn?.split(':')[6] ?? ''),
     );
 
     const rules: { rule: Rule; targets: Target[] }[] = [];
+    // The SDK has no paginator for EventBridge ListRules, hence the NextToken loop.
     let next: string | undefined;
     do {
       const out = await this.events.send(new ListRulesCommand({ NextToken: next }));

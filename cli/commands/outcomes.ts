@@ -1,4 +1,4 @@
-import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
@@ -125,22 +125,18 @@ async function* outcomeRows(
     values[':since'] = filter.since;
     conditions.push(`#c${OUTCOME_COLUMNS.indexOf('updated_at')} >= :since`);
   }
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await aws.clients.documents.send(
-      new ScanCommand({
-        TableName: table,
-        ProjectionExpression: Object.keys(names).join(', '),
-        ExpressionAttributeNames: names,
-        ...(conditions.length
-          ? { FilterExpression: conditions.join(' AND '), ExpressionAttributeValues: values }
-          : {}),
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const item of out.Items ?? []) yield item;
-    start = out.LastEvaluatedKey;
-  } while (start);
+  const pages = paginateScan(
+    { client: aws.clients.documents },
+    {
+      TableName: table,
+      ProjectionExpression: Object.keys(names).join(', '),
+      ExpressionAttributeNames: names,
+      ...(conditions.length
+        ? { FilterExpression: conditions.join(' AND '), ExpressionAttributeValues: values }
+        : {}),
+    },
+  );
+  for await (const page of pages) for (const item of page.Items ?? []) yield item;
 }
 
 /** Keeps only the known columns, in their order. */

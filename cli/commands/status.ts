@@ -1,6 +1,6 @@
 import { GetFunctionConcurrencyCommand, GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
-import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
@@ -212,22 +212,16 @@ async function adjusterReserve(aws: AwsContext, stack: ThreadgateStack): Promise
 
 async function outcomesByStatus(aws: AwsContext, table: string): Promise<Record<string, number>> {
   const counts: Record<string, number> = Object.fromEntries(OUTCOME_STATUSES.map((s) => [s, 0]));
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await aws.clients.documents.send(
-      new ScanCommand({
-        TableName: table,
-        ProjectionExpression: '#status',
-        ExpressionAttributeNames: { '#status': 'status' },
-        ExclusiveStartKey: start,
-      }),
-    );
-    for (const item of out.Items ?? []) {
+  const pages = paginateScan(
+    { client: aws.clients.documents },
+    { TableName: table, ProjectionExpression: '#status', ExpressionAttributeNames: { '#status': 'status' } },
+  );
+  for await (const page of pages) {
+    for (const item of page.Items ?? []) {
       const s = typeof item.status === 'string' ? item.status : 'unknown';
       counts[s] = (counts[s] ?? 0) + 1;
     }
-    start = out.LastEvaluatedKey;
-  } while (start);
+  }
   return counts;
 }
 
