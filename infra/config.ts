@@ -50,6 +50,11 @@ export interface ThreadgateConfig {
   readonly logRetentionDays: number;
   /** SNS topic ARN that alarms notify; none when unset. @default undefined */
   readonly alarmTopicArn: string | undefined;
+  /**
+   * Publish every final outcome to an outcomes queue (the table's stream → a small Lambda →
+   * SQS). `-c outcomeStream=false` leaves out the queue, the Lambda and the table's stream. @default true
+   */
+  readonly outcomeStream: boolean;
 }
 
 /** Raw inputs: context strings, cdk.json values or typed props. */
@@ -75,6 +80,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'oldestMessageAlarmSeconds',
   'logRetentionDays',
   'alarmTopicArn',
+  'outcomeStream',
 ];
 
 export const DEFAULTS = {
@@ -93,6 +99,7 @@ export const DEFAULTS = {
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,
   logRetentionDays: 30,
+  outcomeStream: true,
 } as const;
 
 /** Lambda's limit on a function timeout. */
@@ -292,6 +299,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     oldestMessageAlarmSeconds,
     logRetentionDays,
     alarmTopicArn: topic,
+    outcomeStream: readBoolean(input, 'outcomeStream', DEFAULTS.outcomeStream),
   };
 }
 
@@ -349,6 +357,17 @@ function readInteger(
   const value = readNumber(input, name, fallback, limits);
   if (!Number.isInteger(value)) throw new ConfigError(name, `must be a whole number, got ${value}`);
   return value;
+}
+
+/** true/false, as a boolean (props, cdk.json) or a string (`-c outcomeStream=false`). */
+function readBoolean(input: ThreadgateSettings, name: keyof ThreadgateConfig, fallback: boolean): boolean {
+  const raw = input[name];
+  if (!present(raw)) return fallback;
+  if (typeof raw === 'boolean') return raw;
+  const text = typeof raw === 'string' ? raw.trim().toLowerCase() : undefined;
+  if (text === 'true') return true;
+  if (text === 'false') return false;
+  throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
 }
 
 function readList(input: ThreadgateSettings, name: keyof ThreadgateConfig): string[] {

@@ -17,3 +17,8 @@ export const STACK_OUTPUT_KEYS = [
 ] as const;
 
 export type StackOutputKey = (typeof STACK_OUTPUT_KEYS)[number];
+
+/** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`). */
+export const OPTIONAL_STACK_OUTPUT_KEYS = ['OutcomesQueueUrl'] as const;
+
+export type OptionalStackOutputKey = (typeof OPTIONAL_STACK_OUTPUT_KEYS)[number];

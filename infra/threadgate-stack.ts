@@ -10,10 +10,11 @@ import { CapAdjuster } from './constructs/cap-adjuster.js';
 import { JobQueues } from './constructs/job-queues.js';
 import { Monitoring } from './constructs/monitoring.js';
 import { acknowledgeNagFindings } from './constructs/nag-acknowledgements.js';
+import { OutcomeStream } from './constructs/outcome-stream.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
 import { PipelineState } from './constructs/pipeline-state.js';
 import { Worker } from './constructs/worker.js';
-import type { StackOutputKey } from './outputs.js';
+import type { OptionalStackOutputKey, StackOutputKey } from './outputs.js';
 
 export interface ThreadgateStackProps extends StackProps {
   /** Settings that override CDK context (see infra/config.ts for every setting and its default). */
@@ -33,6 +34,8 @@ export class ThreadgateStack extends Stack {
   readonly worker: Worker;
   readonly adjuster: CapAdjuster;
   readonly monitoring: Monitoring;
+  /** Undefined when deployed with `outcomeStream=false`. */
+  readonly outcomeStream: OutcomeStream | undefined;
 
   constructor(scope: Construct, id: string, props: ThreadgateStackProps = {}) {
     const config = resolveConfig({
@@ -52,7 +55,10 @@ export class ThreadgateStack extends Stack {
       );
     }
 
-    this.outcomes = new OutcomesTable(this, 'Outcomes');
+    this.outcomes = new OutcomesTable(this, 'Outcomes', { stream: config.outcomeStream });
+    this.outcomeStream = config.outcomeStream
+      ? new OutcomeStream(this, 'OutcomeStream', { config, table: this.outcomes.table })
+      : undefined;
     this.queues = new JobQueues(this, 'Jobs', {
       workerTimeout: Duration.seconds(config.workerTimeoutSeconds),
       maxReceiveCount: config.maxReceiveCount,
@@ -109,11 +115,24 @@ export class ThreadgateStack extends Stack {
         description: 'Secrets Manager secret holding the CaptchaAI API key',
       },
     };
-    for (const [key, output] of Object.entries(outputs)) new CfnOutput(this, key, output);
+    const optional: Partial<Record<OptionalStackOutputKey, { value: string; description: string }>> = {};
+    if (this.outcomeStream) {
+      optional.OutcomesQueueUrl = {
+        value: this.outcomeStream.queue.queueUrl,
+        description: 'Outcomes queue: one message per final outcome (at-least-once; upsert on record_key)',
+      };
+    }
+    for (const [key, output] of Object.entries({ ...outputs, ...optional })) new CfnOutput(this, key, output);
 
     acknowledgeNagFindings({
-      functions: [this.worker.bundled.fn, this.adjuster.bundled.fn],
+      functions: [
+        this.worker.bundled.fn,
+        this.adjuster.bundled.fn,
+        ...(this.outcomeStream ? [this.outcomeStream.bundled.fn] : []),
+      ],
       mappingPolicies: [this.worker.mappingPolicy, this.adjuster.mappingPolicy],
+      handOffQueues: this.outcomeStream ? [this.outcomeStream.queue] : [],
+      streamReaderRoles: this.outcomeStream ? [this.outcomeStream.bundled.role] : [],
     });
   }
 }

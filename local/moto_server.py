@@ -5,6 +5,7 @@ by invoking the function in Docker. These machines have no Docker engine, so tha
 fails after bumping the message's receive count. threadgate's local runtime is the poller,
 so this launcher makes every queue's mapping registry a write-only sink: moto still stores
 and reports the mappings through the Lambda API, but SendMessage never invokes anything.
+DynamoDB stream mappings get the same treatment (moto would invoke inside each table write).
 
 moto also checks a DynamoDB ConditionExpression and applies the write without a lock, so two
 concurrent conditional writes to one item can both succeed (measured: 5 concurrent claims of
@@ -24,6 +25,7 @@ import threading
 
 try:
     from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table as DynamoDBTable
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.sqs import models as sqs_models
 except ImportError as exc:  # pragma: no cover - depends on the machine
@@ -50,6 +52,10 @@ def _ignore(self, value):
 
 
 sqs_models.Queue.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
+# The same for a DynamoDB table's stream mappings: moto would invoke the function (in Docker)
+# inside every write to the table, and empty the stream when that returned. The local runtime
+# reads the stream through the DynamoDB Streams API instead.
+DynamoDBTable.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
 
 # A queue created by CloudFormation gets moto's AWS-style URL (https://sqs.REGION.amazonaws.com/…)
 # as its Ref, so stack outputs and function environments carry a host that is not the emulator,

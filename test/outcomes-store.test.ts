@@ -145,6 +145,47 @@ describe('outcomes store (moto DynamoDB)', () => {
       row: { status: 'in_progress' },
     });
   });
+
+  it('keeps the batch of the first claim when the record is sent again under another batch', async () => {
+    // Prepare
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease, batchId: 'batch-first' });
+    await store.finish(k, 'a', { status: 'stopped', reason: 'ERROR_KEY_DOES_NOT_EXIST', attempts: 1 });
+    // Act: the record comes back under another batch, is claimed again and finishes
+    expect((await store.claim(k, { owner: 'b', ...lease, batchId: 'batch-second' })).claimed).toBe(true);
+    await store.finish(k, 'b', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
+    // Assess
+    expect(await store.get(k)).toMatchObject({ status: 'submitted', batch_id: 'batch-first' });
+  });
+
+  it('reads one batch through the batch index and nothing of other batches', async () => {
+    // Prepare
+    const batch = `batch-${key()}`;
+    const mine = [key(), key(), key()];
+    for (const k of mine) await store.claim(k, { owner: 'a', ...lease, batchId: batch });
+    const rejected = key();
+    await store.reject(rejected, 'sitekey: is required', batch);
+    await store.claim(key(), { owner: 'a', ...lease, batchId: `${batch}-other` });
+    await store.claim(key(), { owner: 'a', ...lease });
+    // Act
+    const rows = [];
+    for await (const row of store.batchRows(batch)) rows.push(row);
+    // Assess
+    expect(rows.map((r) => r.record_key).sort()).toEqual([...mine, rejected].sort());
+    expect(rows.every((r) => r.batch_id === batch)).toBe(true);
+  });
+
+  it('reads rows by key in chunks of 100 and leaves out keys that have no row', async () => {
+    // Prepare: 150 rows, more than one BatchGetItem holds
+    const keys = Array.from({ length: 150 }, () => key());
+    for (const k of keys) await store.reject(k, 'sitekey: is required');
+    // Act
+    const rows = await store.getMany([...keys, 'no-such-key', keys[0]!]);
+    // Assess
+    expect(rows.size).toBe(150);
+    expect(rows.has('no-such-key')).toBe(false);
+    expect(rows.get(keys[149]!)).toMatchObject({ status: 'rejected' });
+  });
 });
 
 /**

@@ -85,14 +85,15 @@ describe('ThreadgateStack with default settings', () => {
 
   it('maps the jobs queue with batch size 1, partial batch responses and MaximumConcurrency equal to the cap', () => {
     const [queueId] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
-    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+    onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
       EventSourceArn: { 'Fn::GetAtt': [queueId, 'Arn'] },
       BatchSize: 1,
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       ScalingConfig: { MaximumConcurrency: 4 },
       Enabled: true,
     });
-    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
+    // The other mapping is the outcome stream's (its own test below).
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 2);
   });
 
   it('gives the jobs queue a visibility timeout of six times the worker timeout and SQS-managed encryption', () => {
@@ -118,9 +119,66 @@ describe('ThreadgateStack with default settings', () => {
   it('keeps outcomes in an on-demand table keyed by record_key with point-in-time recovery', () => {
     template.hasResourceProperties('AWS::DynamoDB::Table', {
       KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
-      AttributeDefinitions: [{ AttributeName: 'record_key', AttributeType: 'S' }],
       BillingMode: 'PAY_PER_REQUEST',
       PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+    });
+  });
+
+  it('indexes outcome rows by batch_id and updated_at, with every attribute, so a batch is read without a scan', () => {
+    template.hasResourceProperties('AWS::DynamoDB::Table', {
+      AttributeDefinitions: Match.arrayWith([
+        { AttributeName: 'batch_id', AttributeType: 'S' },
+        { AttributeName: 'updated_at', AttributeType: 'S' },
+      ]),
+      GlobalSecondaryIndexes: [
+        {
+          IndexName: 'batch_id-updated_at',
+          KeySchema: [
+            { AttributeName: 'batch_id', KeyType: 'HASH' },
+            { AttributeName: 'updated_at', KeyType: 'RANGE' },
+          ],
+          Projection: { ProjectionType: 'ALL' },
+        },
+      ],
+    });
+  });
+
+  it('publishes outcomes from the table stream (new and old images) to an encrypted outcomes queue', () => {
+    // Prepare
+    const [tableId] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      StreamSpecification: { StreamViewType: 'NEW_AND_OLD_IMAGES' },
+    });
+    const [publisherId, publisher] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-outcome-publisher',
+    });
+    // Assess: the mapping starts at the oldest record, one batch at a time, partial failures retried
+    onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [tableId, 'StreamArn'] },
+      FunctionName: { Ref: publisherId },
+      StartingPosition: 'TRIM_HORIZON',
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      ParallelizationFactor: 1,
+      BatchSize: 100,
+    });
+    const queueUrl = (publisher.Properties.Environment as { Variables: Record<string, unknown> }).Variables
+      .OUTCOMES_QUEUE_URL as { Ref: string };
+    const queue = template.toJSON().Resources[queueUrl.Ref] as Resource;
+    expect(queue.Type).toBe('AWS::SQS::Queue');
+    expect(queue.Properties.SqsManagedSseEnabled).toBe(true);
+    template.hasOutput('OutcomesQueueUrl', { Value: queueUrl });
+    // It sends to its queue, reads the stream and touches nothing else.
+    const statements = statementsOf(template, 'Threadgate-outcome-publisher');
+    const actions = statements.flatMap(actionsOf);
+    expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([
+      'dynamodb:DescribeStream',
+      'dynamodb:GetRecords',
+      'dynamodb:GetShardIterator',
+      'dynamodb:ListStreams',
+    ]);
+    expect(statements.filter((s) => s.Resource === '*').flatMap(actionsOf)).toEqual(['dynamodb:ListStreams']);
+    expect(actions.some((a) => a === 'dynamodb:GetItem' || a.startsWith('secretsmanager:'))).toBe(false);
+    expect(statementsWith(statements, 'sqs:SendMessage')[0]!.Resource).toEqual({
+      'Fn::GetAtt': [queueUrl.Ref, 'Arn'],
     });
   });
 
@@ -205,7 +263,7 @@ describe('ThreadgateStack with default settings', () => {
   });
 
   it('lets the worker update only its own mapping and never touch concurrency', () => {
-    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping');
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
     const statements = statementsOf(template, 'Threadgate-worker');
     const update = statementsWith(statements, 'lambda:UpdateEventSourceMapping');
     expect(update).toHaveLength(1);
@@ -223,7 +281,7 @@ describe('ThreadgateStack with default settings', () => {
 
   it("lets the cap adjuster change only the worker's concurrency and mapping", () => {
     const [workerId] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
-    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping');
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
     const statements = statementsOf(template, 'Threadgate-cap-adjuster');
     for (const action of [
       'lambda:PutFunctionConcurrency',
@@ -395,15 +453,27 @@ describe('ThreadgateStack with default settings', () => {
         'PipelineStateParameter',
         'AdjusterRuleName',
         'SecretName',
+        'OutcomesQueueUrl',
       ].sort(),
     );
     template.hasOutput('SecretName', { Value: 'threadgate/captchaai-api-key' });
-    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping');
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
     template.hasOutput('MappingUuid', { Value: { Ref: mappingId } });
   });
 });
 
 describe('ThreadgateStack with other settings', () => {
+  it('leaves out the outcome stream (queue, publisher, mapping, table stream, output) with outcomeStream=false', () => {
+    // Prepare / Act: as CDK context gives it, a string
+    const { template } = synth({ outcomeStream: 'false' });
+    // Assess
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
+    template.resourceCountIs('AWS::Lambda::Function', 2);
+    template.resourceCountIs('AWS::SQS::Queue', 2);
+    template.hasResourceProperties('AWS::DynamoDB::Table', { StreamSpecification: Match.absent() });
+    expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomesQueueUrl');
+  });
+
   it('holds a cap of 1 by reserved concurrency alone, without a mapping maximum', () => {
     // Prepare / Act
     const { template } = synth({ initialCap: 1, minCap: 1 });
@@ -470,7 +540,7 @@ describe('ThreadgateStack with other settings', () => {
     };
     // Assess
     const fns = Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Function');
-    expect(fns).toHaveLength(2);
+    expect(fns).toHaveLength(3);
     for (const fn of fns) {
       const assetPath = (fn as unknown as { Metadata: Record<string, string> }).Metadata['aws:asset:path']!;
       const code = readFileSync(join(assembly.directory, assetPath, 'index.js'), 'utf8');
@@ -552,6 +622,7 @@ describe('settings validation at synth time', () => {
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
     ['pollIntervalMs', { pollIntervalMs: 100 }, /^pollIntervalMs: must be >= 500/],
+    ['outcomeStream', { outcomeStream: 'no' }, /^outcomeStream: must be true or false/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>

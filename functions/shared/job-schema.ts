@@ -25,12 +25,20 @@ export const MAX_FORM_VALUE_LENGTH = 4096;
 /** Base64 characters of an image CAPTCHA (~150 KB of image), well inside an SQS message. */
 export const MAX_IMAGE_BODY_LENGTH = 200_000;
 
-const RecordKey = z
+/** record_key and batch_id share one rule: 1-256 printable ASCII characters, no spaces. */
+const KeyString = z
   .string({ error: (i) => (i.input === undefined ? 'is required' : 'must be a string') })
   .min(1, { error: 'must not be empty' })
   .max(MAX_RECORD_KEY_LENGTH, { error: `must be at most ${MAX_RECORD_KEY_LENGTH} characters` })
-  .regex(/^[\x21-\x7e]+$/, { error: 'must be printable ASCII without spaces' })
-  .meta({ description: 'Unique key of the record; one outcome row per key.' });
+  .regex(/^[\x21-\x7e]+$/, { error: 'must be printable ASCII without spaces' });
+
+const RecordKey = KeyString.meta({ description: 'Unique key of the record; one outcome row per key.' });
+
+/** Same rules as record_key (and the same length limit), so it is safe as a DynamoDB index key. */
+export const BatchId = KeyString.meta({
+  description:
+    'Optional batch the record belongs to; stored on its outcome row so the batch can be read back and waited for. A record sent again under another batch keeps the batch of its first row.',
+});
 
 const Sitekey = z
   .string({ error: (i) => (i.input === undefined ? 'is required' : 'must be a string') })
@@ -127,6 +135,7 @@ const CaptchaSpec = z.discriminatedUnion(
 export const JobMessageSchema = z
   .strictObject({
     record_key: RecordKey,
+    batch_id: BatchId.optional(),
     sitekey: Sitekey.optional().meta({
       description: 'The widget sitekey. Required unless captcha.sitekey is given or captcha.type is image.',
     }),
@@ -267,6 +276,20 @@ export function validateJobMessage(raw: string): JobValidation {
   const reason = first ? formatIssue(first) : 'message: invalid';
   const key = RecordKey.safeParse((parsed as { record_key?: unknown }).record_key);
   return key.success ? { ok: false, reason, recordKey: key.data } : { ok: false, reason };
+}
+
+/**
+ * The usable batch_id of a raw message body, valid or not (a `rejected` row keeps its batch so
+ * the batch's waiters see it); undefined when there is none or it breaks the rules.
+ */
+export function batchIdOf(raw: string): string | undefined {
+  try {
+    const parsed = JSON.parse(raw) as { batch_id?: unknown } | null;
+    const batch = BatchId.safeParse(parsed?.batch_id);
+    return batch.success ? batch.data : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The JSON Schema published as schema/job.schema.json. */

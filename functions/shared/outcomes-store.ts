@@ -1,8 +1,10 @@
 import {
   type AttributeValue,
+  BatchGetItemCommand,
   ConditionalCheckFailedException,
   type DynamoDBClient,
   GetItemCommand,
+  QueryCommand,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 
@@ -14,12 +16,15 @@ import {
  *   emulator leaves the row out of the error, a consistent read fetches it (see existingRow).
  * - finish / release: only while this owner still holds the claim.
  * - reject: only when there is no row at all (a malformed duplicate never overwrites).
+ * batch_id is set by the first claim or reject that carries one and never changed after: a
+ * record sent again under another batch keeps its first row, and so its first batch.
  * Never stores a token or a key.
  */
 export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'stopped';
 
 export interface OutcomeRow {
   record_key: string;
+  batch_id?: string;
   status: OutcomeStatus;
   reason?: string;
   target_status?: number;
@@ -58,6 +63,11 @@ export interface OutcomesStoreOptions {
 }
 
 const FINISHED: ReadonlySet<string> = new Set(['submitted', 'failed', 'rejected']);
+
+/** The global secondary index that reads one batch's rows (partition batch_id, sort updated_at). */
+export const BATCH_INDEX_NAME = 'batch_id-updated_at';
+/** BatchGetItem takes at most 100 keys per call. */
+const BATCH_GET_KEYS = 100;
 
 function s(value: string): AttributeValue {
   return { S: value };
@@ -104,7 +114,7 @@ export class OutcomesStore {
   /** Takes the record for `leaseMs`. See the class comment for when that is allowed. */
   async claim(
     recordKey: string,
-    claim: { owner: string; leaseMs: number; captchaType: string },
+    claim: { owner: string; leaseMs: number; captchaType: string; batchId?: string },
   ): Promise<ClaimResult> {
     const now = this.now();
     const leaseExpiresAt = now + claim.leaseMs;
@@ -117,7 +127,9 @@ export class OutcomesStore {
             'attribute_not_exists(record_key) OR #status = :stopped OR (#status = :in_progress AND lease_expires_at < :now)',
           UpdateExpression:
             'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
-            'updated_at = :iso, created_at = if_not_exists(created_at, :iso) REMOVE reason, target_status, solve_ms',
+            `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
+              claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
+            } REMOVE reason, target_status, solve_ms`,
           ExpressionAttributeNames: { '#status': 'status' },
           ExpressionAttributeValues: {
             ':stopped': s('stopped'),
@@ -127,6 +139,7 @@ export class OutcomesStore {
             ':expires': n(leaseExpiresAt),
             ':type': s(claim.captchaType),
             ':iso': s(new Date(now).toISOString()),
+            ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
           },
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
@@ -190,19 +203,79 @@ export class OutcomesStore {
   }
 
   /** `rejected` for an invalid job message; only when the record has no row yet. */
-  async reject(recordKey: string, reason: string): Promise<WriteResult> {
+  async reject(recordKey: string, reason: string, batchId?: string): Promise<WriteResult> {
     const iso = new Date(this.now()).toISOString();
     return this.conditionalUpdate(recordKey, {
       ConditionExpression: 'attribute_not_exists(record_key)',
-      UpdateExpression:
-        'SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso',
+      UpdateExpression: `SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso${
+        batchId === undefined ? '' : ', batch_id = :batch'
+      }`,
       ExpressionAttributeValues: {
         ':status': s('rejected'),
         ':reason': s(reason),
         ':zero': n(0),
         ':iso': s(iso),
+        ...(batchId === undefined ? {} : { ':batch': s(batchId) }),
       },
     });
+  }
+
+  /**
+   * Every row of one batch, oldest update first: a Query on the batch index, page by page (no
+   * scan). The index is eventually consistent: a row written a moment ago may show its
+   * previous status, which is why waiters poll.
+   */
+  async *batchRows(batchId: string): AsyncGenerator<OutcomeRow> {
+    let start: Record<string, AttributeValue> | undefined;
+    do {
+      const out = await this.options.client.send(
+        new QueryCommand({
+          TableName: this.options.tableName,
+          IndexName: BATCH_INDEX_NAME,
+          KeyConditionExpression: 'batch_id = :batch',
+          ExpressionAttributeValues: { ':batch': s(batchId) },
+          ExclusiveStartKey: start,
+        }),
+      );
+      for (const item of out.Items ?? []) {
+        const row = rowFrom(item);
+        if (row) yield row;
+      }
+      start = out.LastEvaluatedKey;
+    } while (start);
+  }
+
+  /**
+   * The rows of these keys (missing keys are simply absent from the result), by BatchGetItem
+   * in chunks of 100 with strongly consistent reads; unprocessed keys are asked for again
+   * with a growing pause.
+   */
+  async getMany(
+    recordKeys: readonly string[],
+    o: { sleep?: (ms: number) => Promise<void> } = {},
+  ): Promise<Map<string, OutcomeRow>> {
+    const sleep = o.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+    const rows = new Map<string, OutcomeRow>();
+    const unique = [...new Set(recordKeys)];
+    for (let i = 0; i < unique.length; i += BATCH_GET_KEYS) {
+      let keys: Record<string, AttributeValue>[] = unique
+        .slice(i, i + BATCH_GET_KEYS)
+        .map((key) => ({ record_key: s(key) }));
+      for (let round = 0; keys.length > 0; round++) {
+        if (round > 0) await sleep(Math.min(2_000, 50 * 2 ** round));
+        const out = await this.options.client.send(
+          new BatchGetItemCommand({
+            RequestItems: { [this.options.tableName]: { Keys: keys, ConsistentRead: true } },
+          }),
+        );
+        for (const item of out.Responses?.[this.options.tableName] ?? []) {
+          const row = rowFrom(item);
+          if (row) rows.set(row.record_key, row);
+        }
+        keys = out.UnprocessedKeys?.[this.options.tableName]?.Keys ?? [];
+      }
+    }
+    return rows;
   }
 
   private async conditionalUpdate(

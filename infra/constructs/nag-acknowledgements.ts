@@ -11,6 +11,10 @@ export interface NagTargets {
   readonly functions: readonly IConstruct[];
   /** The two mapping-control policies (ListEventSourceMappings on `*`). */
   readonly mappingPolicies: readonly IConstruct[];
+  /** Queues that hand messages to consumers outside the stack (the outcomes queue). */
+  readonly handOffQueues?: readonly IConstruct[];
+  /** Roles of functions that read a DynamoDB stream through a mapping (the outcome publisher). */
+  readonly streamReaderRoles?: readonly IConstruct[];
 }
 
 export function acknowledgeNagFindings(targets: NagTargets): void {
@@ -26,6 +30,20 @@ export function acknowledgeNagFindings(targets: NagTargets): void {
       id: 'AwsSolutions::AwsSolutions-IAM5[Resource::*]',
       reason:
         'lambda:ListEventSourceMappings supports no resource-level permissions, so it needs Resource "*"; it only lists mappings. Get/UpdateEventSourceMapping in the same policy are scoped to the one jobs-queue mapping ARN.',
+    });
+  }
+  for (const role of targets.streamReaderRoles ?? []) {
+    Validations.of(role).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-IAM5[Resource::*]',
+      reason:
+        'dynamodb:ListStreams, which the stream mapping needs, supports no resource-level permissions, so it needs Resource "*"; it only lists stream ARNs. The stream reads (DescribeStream, GetShardIterator, GetRecords) are scoped to the outcomes table stream ARN.',
+    });
+  }
+  for (const queue of targets.handOffQueues ?? []) {
+    Validations.of(queue).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-SQS3',
+      reason:
+        'The outcomes queue is a hand-off to consumers outside the stack, each with its own failure handling; the outcomes table stays the source of truth (threadgate outcomes reads it again), so a message a consumer cannot take is theirs to dead-letter.',
     });
   }
 }
