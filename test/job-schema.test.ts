@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   captchaTaskOf,
   MAX_MESSAGE_BYTES,
+  batchIdOf,
   tokenFieldOf,
   validateJobMessage,
 } from '../functions/shared/job-schema.js';
@@ -110,6 +111,28 @@ describe('job message schema', () => {
       ok: false,
       reason: 'record_key: must be printable ASCII without spaces',
     });
+  });
+
+  it('takes an optional batch_id by the rules of record_key', () => {
+    const result = check({ ...flat, batch_id: 'nightly-2026-12-01' });
+    expect(result.ok && result.job.batch_id).toBe('nightly-2026-12-01');
+    expect(check(flat).ok).toBe(true);
+  });
+
+  it.each([
+    ['a space', 'night 1', 'batch_id: must be printable ASCII without spaces'],
+    ['empty', '', 'batch_id: must not be empty'],
+    ['a number', 7, 'batch_id: must be a string'],
+    ['too long', 'b'.repeat(257), 'batch_id: must be at most 256 characters'],
+  ])('rejects a batch_id with %s, naming it and keeping the record_key', (_name, batch, reason) => {
+    expect(check({ ...flat, batch_id: batch })).toEqual({ ok: false, reason, recordKey: 'order-17' });
+  });
+
+  it('finds the usable batch_id of any body, valid or not', () => {
+    expect(batchIdOf(JSON.stringify({ ...flat, pageurl: 'nope', batch_id: 'b-1' }))).toBe('b-1');
+    expect(batchIdOf(JSON.stringify({ ...flat, batch_id: 'has space' }))).toBeUndefined();
+    expect(batchIdOf('not json')).toBeUndefined();
+    expect(batchIdOf('null')).toBeUndefined();
   });
 
   it('refuses a body larger than an SQS message before parsing it', () => {

@@ -161,6 +161,26 @@ describe('worker against moto and the stand-ins', () => {
     expect(row?.solve_ms).toBeGreaterThan(0);
   });
 
+  it('stores the batch_id of the first message on the row; a re-send under another batch is a duplicate of it', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('batch');
+    const bad = newKey('batch-bad');
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, { batch_id: 'nightly-1', form: { record: key } }),
+      flatJob(bad, { batch_id: 'nightly-1', pageurl: 'not a url' }),
+    ]);
+    await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 2));
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { batch_id: 'nightly-2', form: { record: key } })]);
+    // Act
+    const again = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    // Assess
+    expect(again.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', batch_id: 'nightly-1' });
+    expect(await s.store.get(bad)).toMatchObject({ status: 'rejected', batch_id: 'nightly-1' });
+  });
+
   it('submits a Turnstile job in cf-turnstile-response', async () => {
     const s = await setup();
     const key = newKey('ts');

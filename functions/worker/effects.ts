@@ -2,6 +2,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
+import { batchIdOf } from '../shared/job-schema.js';
 import type { RecordDecision } from '../shared/outcome-mapping.js';
 import type { OutcomeStatus } from '../shared/outcomes-store.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
@@ -52,7 +53,8 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
   const { deps, log, record } = c;
   switch (decision.action) {
     case 'reject': {
-      const written = await deps.store.reject(decision.recordKey, decision.reason);
+      // The row keeps the message's batch (when it has a usable one) so the batch's waiters see it.
+      const written = await deps.store.reject(decision.recordKey, decision.reason, batchIdOf(record.body));
       if (!written.written) {
         log.warn('invalid message for a record that already has an outcome; dropped', {
           reason: decision.reason,

@@ -105,7 +105,12 @@ export async function processRecord(
 
   const owner = deps.newOwner?.() ?? randomUUID();
   const claim = await timing.time('claim_ms', () =>
-    store.claim(job.record_key, { owner, leaseMs: config.leaseMs, captchaType }),
+    store.claim(job.record_key, {
+      owner,
+      leaseMs: config.leaseMs,
+      captchaType,
+      ...(job.batch_id === undefined ? {} : { batchId: job.batch_id }),
+    }),
   );
   if (!claim.claimed) {
     const conflict = deps.metrics.singleMetric();
