@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import {
+  batchIdOf,
   captchaTaskOf,
   MAX_MESSAGE_BYTES,
-  batchIdOf,
   tokenFieldOf,
   validateJobMessage,
 } from '../functions/shared/job-schema.js';

@@ -171,7 +171,9 @@ describe('worker against moto and the stand-ins', () => {
       flatJob(bad, { batch_id: 'nightly-1', pageurl: 'not a url' }),
     ]);
     await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 2));
-    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { batch_id: 'nightly-2', form: { record: key } })]);
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, { batch_id: 'nightly-2', form: { record: key } }),
+    ]);
     // Act
     const again = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
     // Assess
