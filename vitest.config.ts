@@ -27,6 +27,8 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 240_000,
     allowOnly: false,
+    // Node 20 is the project's chosen runtime; the AWS SDK's Node 22 notice would print once per test file.
+    env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     projects: [
       { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: integrationSuites } },
       { extends: true, test: { name: 'integration', include: integrationSuites } },

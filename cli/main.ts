@@ -2,6 +2,23 @@ import { Command, CommanderError } from 'commander';
 import { registerCommands } from './commands/index.js';
 import { CliError, EXIT } from './exit-codes.js';
 
+// The project runs on Node 20 on purpose (package.json engines, the Lambda runtime it deploys);
+// the AWS SDK's notice that later SDK versions will want Node 22 would otherwise reach the
+// stderr of every command.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
+/**
+ * A reader that went away (`threadgate outcomes | head -1`) ends the command quietly with exit
+ * code 0, as standard Unix tools do, instead of an unhandled `write EPIPE`. Whatever the
+ * command had started (child processes of `local`) watches for its parent going away.
+ */
+export function endQuietlyOnClosedPipe(stream: NodeJS.WriteStream, exit = () => process.exit(0)): void {
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') return exit();
+    throw err;
+  });
+}
+
 /** Builds the `threadgate` program; exported so tests can drive it without a child process. */
 export function buildProgram(): Command {
   const program = new Command('threadgate')
@@ -16,6 +33,9 @@ export function buildProgram(): Command {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  endQuietlyOnClosedPipe(process.stdout);
+  // Nothing sensible can be said once stderr is gone: stop quietly too.
+  endQuietlyOnClosedPipe(process.stderr);
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

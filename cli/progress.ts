@@ -110,9 +110,20 @@ export interface ProgressSnapshot {
   elapsedMs: number;
 }
 
-/** Units per second over the whole run (0 before any time has passed). */
+/**
+ * Below this much elapsed time no rate is shown: a few messages moved in 5 ms are not
+ * "20000/s", and the ETA from such a rate is noise too.
+ */
+export const MIN_RATE_ELAPSED_MS = 1000;
+
+/** Units per second over the whole run (0 until MIN_RATE_ELAPSED_MS has passed). */
 export function rateOf(s: ProgressSnapshot): number {
-  return s.elapsedMs > 0 ? (s.done * 1000) / s.elapsedMs : 0;
+  return s.elapsedMs >= MIN_RATE_ELAPSED_MS ? (s.done * 1000) / s.elapsedMs : 0;
+}
+
+/** ` 12.5/s`, or nothing while the run is too short for a meaningful rate. */
+function rateText(s: ProgressSnapshot): string {
+  return s.elapsedMs >= MIN_RATE_ELAPSED_MS ? ` ${formatRate(rateOf(s))}/s` : '';
 }
 
 /** Milliseconds left at the current rate, when a total is known and there is a rate. */
@@ -144,7 +155,8 @@ function counts(s: ProgressSnapshot): string {
 export function renderPlainLine(s: ProgressSnapshot, final = false): string {
   const parts = [`${s.label}: ${counts(s)}`];
   if (s.total !== undefined && s.total > 0) parts.push(`${Math.floor((100 * s.done) / s.total)}%`);
-  parts.push(`${formatRate(rateOf(s))}/s`);
+  const rate = rateText(s);
+  if (rate) parts.push(rate.trim());
   if (final) parts.push(`in ${formatDuration(s.elapsedMs)}`);
   else {
     const eta = etaMs(s);
@@ -160,7 +172,7 @@ export function renderBarLine(s: ProgressSnapshot, columns: number, final = fals
     : eta === undefined
       ? ''
       : ` ETA ${formatDuration(eta)}`;
-  const tail = ` ${counts(s)} ${formatRate(rateOf(s))}/s${when}`;
+  const tail = ` ${counts(s)}${rateText(s)}${when}`;
   if (s.total === undefined || s.total <= 0) return `${s.label}:${tail}`;
   const fraction = Math.min(1, s.done / s.total);
   const pct = `${String(Math.floor(fraction * 100)).padStart(3)}%`;

@@ -30,10 +30,6 @@ import { CliError, EXIT } from './exit-codes.js';
  * usual credential chain. AWS failures become CliErrors that say what to do next.
  */
 
-// The CLI runs on the project's supported Node 20; the SDK's notice about future versions
-// would otherwise end up in every command's stderr.
-process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-
 export const DEFAULT_STACK = 'Threadgate';
 
 /** The stack outputs, exactly as the CDK stack names them. */

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import {
   CloudFormationClient,
@@ -197,7 +197,13 @@ export const cliRuns: CliRun[] = [];
 /** Runs `node bin/threadgate.js ARGS` to completion; stdin is written and closed. */
 export function runCli(
   args: string[],
-  options: { env: NodeJS.ProcessEnv; stdin?: string; timeoutMs?: number },
+  options: {
+    env: NodeJS.ProcessEnv;
+    stdin?: string;
+    timeoutMs?: number;
+    /** Sees stderr as it grows, e.g. to send the process a signal at some point. */
+    onStderr?: (stderrSoFar: string, child: ChildProcess) => void;
+  },
 ): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], {
@@ -212,6 +218,7 @@ export function runCli(
     });
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
       stderr += chunk;
+      options.onStderr?.(stderr, child);
     });
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
@@ -225,5 +232,30 @@ export function runCli(
       resolve(run);
     });
     child.stdin.end(options.stdin ?? '');
+  });
+}
+
+/**
+ * Runs `node bin/threadgate.js ARGS | READER` in bash, as an operator would type it; `code` is
+ * threadgate's own exit code (PIPESTATUS), `stdout` what the reader printed.
+ */
+export async function runCliPiped(args: string[], reader: string, env: NodeJS.ProcessEnv): Promise<CliRun> {
+  const quoted = [process.execPath, BIN, ...args].map((a) => `'${a.replaceAll("'", `'\\''`)}'`).join(' ');
+  return await new Promise((resolve, reject) => {
+    const child = spawn('bash', ['-c', `${quoted} | ${reader}; exit "\${PIPESTATUS[0]}"`], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => {
+      stdout += c;
+    });
+    child.stderr.setEncoding('utf8').on('data', (c: string) => {
+      stderr += c;
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
 }

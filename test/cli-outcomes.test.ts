@@ -2,7 +2,7 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OUTCOME_COLUMNS, parseSince } from '../cli/commands/outcomes.js';
-import { type CliStack, cliEnv, runCli, startCliStack } from './cli-fixture.js';
+import { type CliStack, cliEnv, runCli, runCliPiped, startCliStack } from './cli-fixture.js';
 
 let stack: CliStack;
 const NOW = Date.now();
@@ -74,6 +74,23 @@ describe('threadgate outcomes', () => {
     });
     expect(run.stderr).toContain('130 outcome rows');
   });
+
+  it.each([
+    ['csv', 'head -1'],
+    ['jsonl', 'head -c 10'],
+  ])(
+    'stops quietly with exit 0 when the reader closes the pipe early (--format %s | %s)',
+    async (format, reader) => {
+      // Act: the reader exits after the first page of rows; later pages meet a closed pipe.
+      const run = await runCliPiped(['outcomes', '--format', format], reader, cliEnv(stack.moto));
+
+      // Assess
+      expect(run.code).toBe(0);
+      expect(run.stderr).not.toMatch(/EPIPE|Error|at /);
+      expect(run.stdout.length).toBeGreaterThan(0);
+      if (format === 'csv') expect(run.stdout).toBe(`${OUTCOME_COLUMNS.join(',')}\n`);
+    },
+  );
 
   it('filters by --status and --since', async () => {
     // Act: failed rows (i % 5 == 1) updated in the last 20.5 hours: i = 1, 6, 11, 16.

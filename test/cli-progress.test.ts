@@ -102,4 +102,16 @@ describe('progress formatting', () => {
     expect(bar).toBe('enqueue: 300 lines 100/s');
     expect(plain).toBe('enqueue: 300 lines 100/s');
   });
+
+  it('shows no rate for a run shorter than a second (no "20000/s in 0:00")', () => {
+    // Act
+    const snapshot = { label: 'redrive', unit: 'messages', done: 100, total: 100, elapsedMs: 5 };
+    const plain = renderPlainLine(snapshot, true);
+    const bar = renderBarLine(snapshot, 80, true);
+
+    // Assess
+    expect(plain).toBe('redrive: 100/100 messages 100% in 0:00');
+    expect(bar).not.toMatch(/\/s/);
+    expect(bar).toMatch(/100% 100\/100 messages in 0:00$/);
+  });
 });

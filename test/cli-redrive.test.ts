@@ -1,4 +1,5 @@
 import {
+  CancelMessageMoveTaskCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
   ListMessageMoveTasksCommand,
@@ -59,6 +60,56 @@ async function fillDlq(count: number): Promise<string[]> {
   return bodies;
 }
 
+const invalidJobAttributes = {
+  error_code: { DataType: 'String', StringValue: 'INVALID_JOB' },
+  reason: { DataType: 'String', StringValue: 'body is not valid JSON' },
+};
+
+/**
+ * A stand-in for a worker that fails every message again: it receives from the jobs queue and
+ * sends each body (with the worker's DLQ attributes) back to the DLQ. stop() lets it empty the
+ * jobs queue first and returns the bodies it received.
+ */
+function bouncingWorker(): { stop(): Promise<string[]> } {
+  const received: string[] = [];
+  let stopping = false;
+  const loop = (async () => {
+    for (;;) {
+      const out = await sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: stack.outputs.QueueUrl,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 1,
+          MessageAttributeNames: ['All'],
+        }),
+      );
+      if (stopping && !out.Messages?.length) return;
+      for (const m of out.Messages ?? []) {
+        received.push(m.Body ?? '');
+        await sqs.send(
+          new SendMessageBatchCommand({
+            QueueUrl: stack.outputs.DlqUrl,
+            Entries: [{ Id: '0', MessageBody: m.Body ?? '', MessageAttributes: m.MessageAttributes }],
+          }),
+        );
+        await sqs.send(
+          new DeleteMessageBatchCommand({
+            QueueUrl: stack.outputs.QueueUrl,
+            Entries: [{ Id: '0', ReceiptHandle: m.ReceiptHandle }],
+          }),
+        );
+      }
+    }
+  })();
+  return {
+    async stop() {
+      stopping = true;
+      await loop;
+      return received;
+    },
+  };
+}
+
 /** Receives (and deletes) everything in a queue. */
 async function drain(queueUrl: string): Promise<Message[]> {
   const all: Message[] = [];
@@ -112,8 +163,14 @@ describe('threadgate redrive', () => {
 
     // Assess
     expect(run.code).toBe(0);
-    expect(JSON.parse(run.stdout)).toEqual({ method: 'receive-send-delete', moved: 35, failed: 0 });
-    expect(run.stderr).toContain('StartMessageMoveTask is not available');
+    expect(JSON.parse(run.stdout)).toEqual({
+      method: 'receive-send-delete',
+      moved: 35,
+      failed: 0,
+      skipped: { invalid: 0, repeat: 0 },
+      interrupted: false,
+    });
+    expect(run.stderr).toContain('leaves INVALID_JOB messages in the DLQ');
     expect(await depth(stack.outputs.DlqUrl!)).toBe(0);
     const moved = await drain(stack.outputs.QueueUrl!);
     expect(moved.map((m) => m.Body).sort()).toEqual([...bodies].sort());
@@ -143,7 +200,87 @@ describe('threadgate redrive', () => {
 
     // Assess
     expect(run.code).toBe(0);
-    expect(run.stderr).toMatch(/^redrive: 3\/3 messages 100% .* in \d+:\d\d$/m);
+    expect(run.stderr).toMatch(/^redrive: 3\/3 messages 100% .*in \d+:\d\d$/m);
+  });
+
+  it('ends, moves a stop-class message once and skips an INVALID_JOB one with its reason while the worker fails both again', async () => {
+    // Prepare: the DLQ as the worker leaves it (a stop-class message and an unkeyed bad one), and
+    // a worker that sends whatever reaches the jobs queue straight back to the DLQ, as the real
+    // one does while the key is still revoked or the body still broken.
+    const stopBodies = await fillDlq(12);
+    await sqs.send(
+      new SendMessageBatchCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        Entries: [
+          { Id: 'bad', MessageBody: '{"record_key": "broken', MessageAttributes: invalidJobAttributes },
+        ],
+      }),
+    );
+    const worker = bouncingWorker();
+
+    // Act
+    const run = await runCli(['redrive', '--json'], { env: cliEnv(stack.moto) });
+    const received = await worker.stop();
+
+    // Assess
+    expect(run.code).toBe(0);
+    const result = JSON.parse(run.stdout);
+    expect(result).toMatchObject({ method: 'receive-send-delete', moved: 12, failed: 0, interrupted: false });
+    expect(result.skipped.invalid).toBe(1);
+    expect(received.sort()).toEqual([...stopBodies].sort());
+    const left = await drain(stack.outputs.DlqUrl!);
+    expect(left.map((m) => m.Body).sort()).toEqual([...stopBodies, '{"record_key": "broken'].sort());
+    expect(result.skipped.repeat).toBeLessThanOrEqual(12);
+  });
+
+  it('explains the skipped INVALID_JOB message and moves it with --include-invalid', async () => {
+    // Prepare
+    await sqs.send(
+      new SendMessageBatchCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        Entries: [{ Id: 'bad', MessageBody: 'not json', MessageAttributes: invalidJobAttributes }],
+      }),
+    );
+
+    // Act
+    const skipping = await runCli(['redrive'], { env: cliEnv(stack.moto) });
+    const including = await runCli(['redrive', '--include-invalid', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(skipping.code).toBe(0);
+    expect(skipping.stdout).toContain('moved 0 messages');
+    expect(skipping.stdout).toMatch(
+      /skipped 1 INVALID_JOB \(no usable record_key or not JSON.*--include-invalid\)/,
+    );
+    expect(including.code).toBe(0);
+    expect(JSON.parse(including.stdout)).toMatchObject({ moved: 1, skipped: { invalid: 0 } });
+    expect((await drain(stack.outputs.QueueUrl!)).map((m) => m.Body)).toEqual(['not json']);
+  });
+
+  it('prints the summary so far when interrupted, and loses no message', async () => {
+    // Prepare
+    const bodies = await fillDlq(60);
+
+    // Act: SIGINT as soon as the move starts.
+    let signalled = false;
+    const run = await runCli(['redrive'], {
+      env: cliEnv(stack.moto),
+      onStderr: (text, child) => {
+        if (!signalled && text.includes('moving by receive')) {
+          signalled = true;
+          child.kill('SIGINT');
+        }
+      },
+    });
+
+    // Assess
+    expect(run.code).toBe(130);
+    const moved = Number(/^interrupted: moved (\d+) messages? from the DLQ/m.exec(run.stdout)?.[1]);
+    expect(moved).toBeLessThan(60);
+    const inQueue = await drain(stack.outputs.QueueUrl!);
+    const inDlq = await drain(stack.outputs.DlqUrl!);
+    expect(inQueue).toHaveLength(moved);
+    expect([...inQueue, ...inDlq].map((m) => m.Body).sort()).toEqual([...bodies].sort());
   });
 
   it('keeps a message the jobs queue refuses in the DLQ, visible, and still moves the others', async () => {
@@ -162,7 +299,7 @@ describe('threadgate redrive', () => {
 
     // Assess
     expect(run.code).toBe(4);
-    expect(JSON.parse(run.stdout)).toEqual({ method: 'receive-send-delete', moved: 11, failed: 1 });
+    expect(JSON.parse(run.stdout)).toMatchObject({ method: 'receive-send-delete', moved: 11, failed: 1 });
     expect(run.stderr).toMatch(/not sent \(.+\); it stays in the DLQ/);
     expect((await drain(stack.outputs.QueueUrl!)).map((m) => m.Body).sort()).toEqual([...bodies].sort());
     expect((await drain(stack.outputs.DlqUrl!)).map((m) => m.Body)).toEqual([tooBig]);
@@ -184,7 +321,9 @@ describe('redrive where SQS has StartMessageMoveTask (AWS)', () => {
     queueUrl: 'https://sqs.eu-west-1.amazonaws.com/123456789012/jobs',
     queueArn: 'arn:aws:sqs:eu-west-1:123456789012:jobs',
     max: undefined,
+    includeInvalid: true,
   };
+  const quiet = { pollMs: 1, note: () => undefined };
   const dlqArn = 'arn:aws:sqs:eu-west-1:123456789012:dlq';
 
   async function mockedAws() {
@@ -218,10 +357,17 @@ describe('redrive where SQS has StartMessageMoveTask (AWS)', () => {
       });
 
     // Act
-    const result = await redrive(aws, queues, { pollMs: 1 });
+    const result = await redrive(aws, queues, quiet);
 
     // Assess
-    expect(result).toEqual({ method: 'StartMessageMoveTask', moved: 40, failed: 0, taskHandle: 'handle-1' });
+    expect(result).toEqual({
+      method: 'StartMessageMoveTask',
+      moved: 40,
+      failed: 0,
+      skipped: { invalid: 0, repeat: 0 },
+      interrupted: false,
+      taskHandle: 'handle-1',
+    });
     expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)[0]?.args[0].input).toEqual({
       SourceArn: dlqArn,
       DestinationArn: queues.queueArn,
@@ -245,7 +391,7 @@ describe('redrive where SQS has StartMessageMoveTask (AWS)', () => {
       });
 
     // Act
-    const result = await redrive(aws, queues, { pollMs: 1 });
+    const result = await redrive(aws, queues, quiet);
 
     // Assess
     expect(result).toMatchObject({ method: 'StartMessageMoveTask', moved: 40, taskHandle: 'earlier' });
@@ -261,8 +407,53 @@ describe('redrive where SQS has StartMessageMoveTask (AWS)', () => {
     });
 
     // Act + Assess
-    await expect(redrive(aws, queues, { pollMs: 1 })).rejects.toThrow(
+    await expect(redrive(aws, queues, quiet)).rejects.toThrow(
       /move task failed after 12 messages: AccessDenied; run `threadgate redrive` again/,
     );
+  });
+
+  it('cancels the move task once it moved as many as it counted at its start, so none moves twice', async () => {
+    // Prepare: the task keeps running because moved messages come back to the DLQ.
+    const { aws, sqsMock } = await mockedAws();
+    sqsMock.on(StartMessageMoveTaskCommand).resolves({ TaskHandle: 'handle-3' });
+    sqsMock.on(ListMessageMoveTasksCommand).resolves({
+      Results: [
+        {
+          Status: 'RUNNING',
+          TaskHandle: 'handle-3',
+          ApproximateNumberOfMessagesMoved: 40,
+          ApproximateNumberOfMessagesToMove: 40,
+        },
+      ],
+    });
+    sqsMock.on(CancelMessageMoveTaskCommand).resolves({ ApproximateNumberOfMessagesMoved: 40 });
+
+    // Act
+    const result = await redrive(aws, queues, quiet);
+
+    // Assess
+    expect(result).toMatchObject({ method: 'StartMessageMoveTask', moved: 40, interrupted: false });
+    expect(sqsMock.commandCalls(CancelMessageMoveTaskCommand)[0]?.args[0].input).toEqual({
+      TaskHandle: 'handle-3',
+    });
+  });
+
+  it('moves by hand, leaving INVALID_JOB messages, unless --include-invalid', async () => {
+    // Prepare
+    const { aws, sqsMock } = await mockedAws();
+    sqsMock.on(ReceiveMessageCommand).resolves({ Messages: [] });
+    const notes: string[] = [];
+
+    // Act
+    const result = await redrive(
+      aws,
+      { ...queues, includeInvalid: false },
+      { pollMs: 1, note: (line) => notes.push(line) },
+    );
+
+    // Assess
+    expect(result.method).toBe('receive-send-delete');
+    expect(sqsMock.commandCalls(StartMessageMoveTaskCommand)).toHaveLength(0);
+    expect(notes.join('\n')).toContain('StartMessageMoveTask cannot filter');
   });
 });

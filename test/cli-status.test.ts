@@ -4,7 +4,7 @@ import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderChart } from '../cli/commands/status.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../local/captchaai-standin.js';
-import { type CliStack, cliEnv, cliRuns, runCli, startCliStack } from './cli-fixture.js';
+import { type CliStack, cliEnv, cliRuns, runCli, runCliPiped, startCliStack } from './cli-fixture.js';
 
 const API_KEY = 'status-suite-key-5f3a9c0e7d21b4a8';
 
@@ -88,6 +88,16 @@ describe('threadgate status', () => {
       dlq: { depth: 2 },
       outcomes: { submitted: 2, failed: 1, in_progress: 0, rejected: 0, stopped: 0 },
     });
+  });
+
+  it('exits 0 without a stack trace when the reader takes only the first bytes (--json | head -c 10)', async () => {
+    // Act
+    const run = await runCliPiped(['status', '--json'], 'head -c 10', cliEnv(stack.moto));
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout).toHaveLength(10);
+    expect(run.stderr).not.toMatch(/EPIPE|Error|at /);
   });
 
   it('prints the same facts as text, and a pause with its reason', async () => {

@@ -1,4 +1,6 @@
+import { createHash } from 'node:crypto';
 import {
+  CancelMessageMoveTaskCommand,
   ChangeMessageVisibilityBatchCommand,
   DeleteMessageBatchCommand,
   GetQueueAttributesCommand,
@@ -23,7 +25,16 @@ import {
 
 interface RedriveOptions extends StackOptions {
   max?: string;
+  includeInvalid?: boolean;
   json?: boolean;
+}
+
+/** Why a DLQ message was left where it is. */
+export interface RedriveSkipped {
+  /** `error_code=INVALID_JOB`: unchanged it can only fail again (moved with --include-invalid). */
+  invalid: number;
+  /** Sent to the DLQ after this run started, or a body this run already moved: never moved twice in one run. */
+  repeat: number;
 }
 
 export interface RedriveResult {
@@ -31,10 +42,31 @@ export interface RedriveResult {
   moved: number;
   /** Messages whose send kept failing; they stay in the DLQ. */
   failed: number;
+  skipped: RedriveSkipped;
+  /** Stopped early by Ctrl-C (or a signal): the counts are what happened so far. */
+  interrupted: boolean;
   taskHandle?: string;
 }
 
-/** How long a received DLQ message stays hidden while it is being moved. */
+export interface RedriveQueues {
+  dlqUrl: string;
+  queueUrl: string;
+  queueArn: string;
+  max: number | undefined;
+  /** Move INVALID_JOB messages too (and allow StartMessageMoveTask, which cannot filter). */
+  includeInvalid?: boolean;
+}
+
+export interface RedriveRunOptions {
+  /** ListMessageMoveTasks interval. @default 2000 */
+  pollMs?: number;
+  /** Aborting stops after the batch in hand; the result says `interrupted`. */
+  signal?: AbortSignal;
+  /** Notes for the operator (stderr by default). */
+  note?: (line: string) => void;
+}
+
+/** How long a received DLQ message stays hidden while it is being moved (or held back). */
 const MOVE_VISIBILITY_SECONDS = 300;
 
 export function registerRedrive(program: Command): void {
@@ -42,14 +74,22 @@ export function registerRedrive(program: Command): void {
     program
       .command('redrive')
       .description(
-        'Move DLQ messages back to the jobs queue (StartMessageMoveTask; receive → send → delete where the endpoint lacks it)',
+        'Move the messages now in the DLQ back to the jobs queue, each at most once, INVALID_JOB ones left out (receive → send → delete; StartMessageMoveTask with --include-invalid)',
       ),
   )
-    .option('--max <n>', 'move at most N messages (uses receive → send → delete)')
+    .option('--max <n>', 'move at most N messages')
+    .option(
+      '--include-invalid',
+      'also move messages with error_code=INVALID_JOB (they fail again unless fixed); uses StartMessageMoveTask where SQS has it',
+    )
     .option('--json', 'print the result as JSON')
     .addHelpText(
       'after',
-      '\nExamples:\n  $ threadgate redrive\n  $ threadgate redrive --max 100   # a few first, to see them go through\n' +
+      '\nExamples:\n  $ npx threadgate redrive\n  $ npx threadgate redrive --max 100   # a few first, to see them go through\n' +
+        '\nA run moves what was in the DLQ when it started, each message once: a message that fails again\n' +
+        'and returns to the DLQ during the run stays there (counted as "back again"). INVALID_JOB messages\n' +
+        '(no usable record_key or not JSON) stay unless --include-invalid. Ctrl-C stops after the batch in\n' +
+        'hand and prints what was moved so far.\n' +
         'A paused pipeline stays paused: redriven messages wait in the queue until `threadgate resume`.\n',
     )
     .action(async (options: RedriveOptions) => {
@@ -57,29 +97,71 @@ export function registerRedrive(program: Command): void {
       if (max !== undefined && (!Number.isInteger(max) || max <= 0)) {
         throw new CliError(`--max must be a positive integer, got "${options.max}"`, EXIT.usage);
       }
-      await withStack(options, async (aws, stack) => {
-        const dlqUrl = output(stack, 'DlqUrl');
-        const queueUrl = output(stack, 'QueueUrl');
-        const queueArn = output(stack, 'QueueArn');
-        const result = await redrive(aws, { dlqUrl, queueUrl, queueArn, max });
-        if (options.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
-        else {
-          process.stdout.write(
-            `moved ${result.moved} message${result.moved === 1 ? '' : 's'} from the DLQ to the jobs queue (${result.method})` +
-              `${result.failed ? `; ${result.failed} could not be sent and stay in the DLQ` : ''}\n`,
+      const aborter = new AbortController();
+      const onSignal = () => {
+        if (aborter.signal.aborted) process.exit(130); // a second Ctrl-C: now
+        process.stderr.write('redrive: stopping after the batch in hand (Ctrl-C again to quit at once)\n');
+        aborter.abort();
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
+      try {
+        await withStack(options, async (aws, stack) => {
+          const result = await redrive(
+            aws,
+            {
+              dlqUrl: output(stack, 'DlqUrl'),
+              queueUrl: output(stack, 'QueueUrl'),
+              queueArn: output(stack, 'QueueArn'),
+              max,
+              includeInvalid: options.includeInvalid === true,
+            },
+            { signal: aborter.signal },
           );
-        }
-        if (result.failed) process.exitCode = EXIT.transient;
-      });
+          if (options.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+          else process.stdout.write(`${describeRedrive(result)}\n`);
+          if (result.interrupted) process.exitCode = 130;
+          else if (result.failed) process.exitCode = EXIT.transient;
+        });
+      } finally {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+      }
     });
+}
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
+/** The operator's summary: what moved, what stayed and why. */
+export function describeRedrive(r: RedriveResult): string {
+  const lines = [
+    `${r.interrupted ? 'interrupted: ' : ''}moved ${plural(r.moved, 'message')} from the DLQ to the jobs queue (${r.method})`,
+  ];
+  if (r.failed) lines.push(`  ${r.failed} could not be sent and stay in the DLQ`);
+  if (r.skipped.invalid) {
+    lines.push(
+      `  skipped ${r.skipped.invalid} INVALID_JOB (no usable record_key or not JSON: unchanged they fail again; fix and enqueue them, or --include-invalid)`,
+    );
+  }
+  if (r.skipped.repeat) {
+    lines.push(
+      `  skipped ${r.skipped.repeat} back again (reached the DLQ after this run started, or a body this run already moved: a message moves once per run)`,
+    );
+  }
+  return lines.join('\n');
 }
 
 /** Moves DLQ messages to the jobs queue; exported for tests of the StartMessageMoveTask path. */
 export async function redrive(
   aws: AwsContext,
-  q: { dlqUrl: string; queueUrl: string; queueArn: string; max: number | undefined },
-  o: { pollMs?: number } = {},
+  q: RedriveQueues,
+  o: RedriveRunOptions = {},
 ): Promise<RedriveResult> {
+  const note = o.note ?? ((line: string) => process.stderr.write(`redrive: ${line}\n`));
+  // Taken before anything is read: a message sent to the DLQ after this is not one "in the DLQ
+  // when the run started" (the SentTimestamp of a message SQS itself moved to the DLQ stays its
+  // original one, so those count as old, which they are).
+  const startedAt = Date.now();
   const dlq = await aws.clients.sqs.send(
     new GetQueueAttributesCommand({
       QueueUrl: q.dlqUrl,
@@ -89,11 +171,22 @@ export async function redrive(
   const dlqArn = dlq.Attributes?.QueueArn;
   const waiting = Number(dlq.Attributes?.ApproximateNumberOfMessages ?? 0);
   if (!dlqArn) throw new CliError(`cannot read the DLQ's ARN from ${q.dlqUrl}`, EXIT.failure);
-  if (q.max === undefined) {
-    const task = await startMoveTask(aws, dlqArn, q.queueArn);
-    if (task !== undefined) return await followMoveTask(aws, dlqArn, task, waiting, o.pollMs ?? 2000);
+  if (q.max === undefined && q.includeInvalid) {
+    const task = await startMoveTask(aws, dlqArn, q.queueArn, note);
+    if (task !== undefined) {
+      note(
+        `StartMessageMoveTask moves every message in the DLQ, INVALID_JOB included (about ${waiting} now); ` +
+          'it is cancelled once it has moved as many as it counted at its start, so none moves twice',
+      );
+      return await followMoveTask(aws, dlqArn, task, waiting, o);
+    }
+  } else if (q.max === undefined) {
+    note(
+      'moving by receive → send → delete, which leaves INVALID_JOB messages in the DLQ ' +
+        '(StartMessageMoveTask cannot filter; --include-invalid uses it where SQS has it)',
+    );
   }
-  return await moveByHand(aws, q.dlqUrl, q.queueUrl, waiting, q.max);
+  return await moveByHand(aws, q, { waiting, startedAt }, o);
 }
 
 /** Starts SQS's own move task; undefined when the endpoint does not implement it (moto). */
@@ -101,6 +194,7 @@ async function startMoveTask(
   aws: AwsContext,
   sourceArn: string,
   destinationArn: string,
+  note: (line: string) => void,
 ): Promise<string | undefined> {
   try {
     const out = await aws.clients.sqs.send(
@@ -112,9 +206,7 @@ async function startMoveTask(
       // A 5xx might also mean the task started anyway; never run two movers at once.
       const running = await runningMoveTask(aws, sourceArn).catch(() => undefined);
       if (running !== undefined) return running;
-      process.stderr.write(
-        'StartMessageMoveTask is not available at this endpoint; moving by receive → send → delete\n',
-      );
+      note('StartMessageMoveTask is not available at this endpoint; moving by receive → send → delete');
       return undefined;
     }
     throw explainAwsError(err, aws);
@@ -140,27 +232,46 @@ async function runningMoveTask(aws: AwsContext, sourceArn: string): Promise<stri
   return task?.Status === 'RUNNING' ? (task.TaskHandle ?? '') : undefined;
 }
 
+const NOTHING_SKIPPED: RedriveSkipped = { invalid: 0, repeat: 0 };
+
+/**
+ * Follows a move task to its end. SQS counts the messages to move when the task starts
+ * (ApproximateNumberOfMessagesToMove); once that many have moved the task is cancelled, so a
+ * message that fails again and returns to the DLQ meanwhile is not moved a second time.
+ * Aborting (Ctrl-C) cancels the task too.
+ */
 async function followMoveTask(
   aws: AwsContext,
   sourceArn: string,
   handle: string,
   waiting: number,
-  pollMs: number,
+  o: RedriveRunOptions,
 ): Promise<RedriveResult> {
   const progress = new Progress({ label: 'redrive', unit: 'messages', total: waiting });
+  const result = (moved: number, interrupted: boolean): RedriveResult => {
+    progress.finish();
+    return {
+      method: 'StartMessageMoveTask',
+      moved,
+      failed: 0,
+      skipped: { ...NOTHING_SKIPPED },
+      interrupted,
+      taskHandle: handle,
+    };
+  };
+  let bound = waiting;
   for (;;) {
     const out = await aws.clients.sqs.send(
       new ListMessageMoveTasksCommand({ SourceArn: sourceArn, MaxResults: 1 }),
     );
     const task = out.Results?.[0];
     const moved = Number(task?.ApproximateNumberOfMessagesMoved ?? 0);
-    if (task?.ApproximateNumberOfMessagesToMove !== undefined)
-      progress.setTotal(task.ApproximateNumberOfMessagesToMove);
-    progress.update(moved);
-    if (!task || task.Status === 'COMPLETED') {
-      progress.finish();
-      return { method: 'StartMessageMoveTask', moved, failed: 0, taskHandle: handle };
+    if (task?.ApproximateNumberOfMessagesToMove !== undefined) {
+      bound = task.ApproximateNumberOfMessagesToMove;
+      progress.setTotal(bound);
     }
+    progress.update(moved);
+    if (!task || task.Status === 'COMPLETED') return result(moved, false);
     if (task.Status === 'FAILED' || task.Status === 'CANCELLED') {
       progress.finish();
       throw new CliError(
@@ -169,43 +280,70 @@ async function followMoveTask(
         EXIT.transient,
       );
     }
-    await new Promise((resolve) => setTimeout(resolve, pollMs));
+    const interrupted = o.signal?.aborted === true;
+    if (interrupted || (task.Status === 'RUNNING' && moved >= bound)) {
+      await cancelMoveTask(aws, task.TaskHandle ?? handle);
+      return result(moved, interrupted);
+    }
+    await new Promise((resolve) => setTimeout(resolve, o.pollMs ?? 2000));
   }
 }
 
+async function cancelMoveTask(aws: AwsContext, handle: string): Promise<void> {
+  try {
+    await aws.clients.sqs.send(new CancelMessageMoveTaskCommand({ TaskHandle: handle }));
+  } catch (err) {
+    // It may have completed between the last look and the cancel: that is the wanted end anyway.
+    if ((err as { name?: string }).name !== 'ResourceNotFoundException') throw explainAwsError(err, aws);
+  }
+}
+
+function digest(body: string | undefined): string {
+  return createHash('sha256')
+    .update(body ?? '')
+    .digest('base64');
+}
+
 /**
- * The fallback mover. Each received message is sent to the jobs queue first and deleted from
- * the DLQ only after its send succeeded, so a crash can at worst leave a message in both
- * queues (the worker's idempotent outcome write absorbs that), never lose one. Within a run,
- * message ids already sent are remembered: if one shows up again (its delete failed and its
- * visibility ran out) it is deleted without a second send, so every message moves once.
+ * The fallback mover, and the one that can leave messages behind. Each received message is
+ * sent to the jobs queue first and deleted from the DLQ only after its send succeeded, so a
+ * crash can at worst leave a message in both queues (the worker's idempotent outcome write
+ * absorbs that), never lose one. A run ends: it moves only messages that were in the DLQ when
+ * it started and never the same body twice. Messages it leaves (INVALID_JOB, ones that came
+ * back) are held invisible until the end, so the receives run dry, and then made visible again.
+ * Message ids already sent are remembered: if one shows up again (its delete failed and its
+ * visibility ran out) it is deleted without a second send.
  */
 async function moveByHand(
   aws: AwsContext,
-  dlqUrl: string,
-  queueUrl: string,
-  waiting: number,
-  max: number | undefined,
+  q: RedriveQueues,
+  at: { waiting: number; startedAt: number },
+  o: RedriveRunOptions,
 ): Promise<RedriveResult> {
   const sqs = aws.clients.sqs;
+  const { max } = q;
   const progress = new Progress({
     label: 'redrive',
     unit: 'messages',
-    total: max === undefined ? waiting : Math.min(max, waiting),
+    total: max === undefined ? at.waiting : Math.min(max, at.waiting),
   });
   const sent = new Set<string>();
+  const movedBodies = new Set<string>();
+  const held = new Map<string, Message>();
   const refused: Message[] = [];
+  const skipped: RedriveSkipped = { invalid: 0, repeat: 0 };
   let moved = 0;
   let emptyReceives = 0;
-  while (max === undefined || moved < max) {
+  while (!o.signal?.aborted && (max === undefined || moved < max)) {
     const want = Math.min(10, max === undefined ? 10 : max - moved);
     const out = await sqs.send(
       new ReceiveMessageCommand({
-        QueueUrl: dlqUrl,
+        QueueUrl: q.dlqUrl,
         MaxNumberOfMessages: want,
         VisibilityTimeout: MOVE_VISIBILITY_SECONDS,
         WaitTimeSeconds: emptyReceives > 0 ? 1 : 0,
         MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['SentTimestamp'],
       }),
     );
     const messages = out.Messages ?? [];
@@ -215,19 +353,50 @@ async function moveByHand(
       continue;
     }
     emptyReceives = 0;
-    const fresh = messages.filter((m) => !sent.has(m.MessageId ?? ''));
-    const again = messages.filter((m) => sent.has(m.MessageId ?? ''));
-    const delivered = await sendToJobsQueue(aws, queueUrl, fresh);
-    for (const m of fresh) if (delivered.has(m.MessageId ?? '')) sent.add(m.MessageId ?? '');
+    const again: Message[] = [];
+    const fresh: Message[] = [];
+    for (const m of messages) {
+      const id = m.MessageId ?? '';
+      if (sent.has(id)) again.push(m);
+      else if (held.has(id))
+        held.set(id, m); // held longer than its visibility: keep the new receipt
+      else if (!q.includeInvalid && m.MessageAttributes?.error_code?.StringValue === 'INVALID_JOB') {
+        held.set(id, m);
+        skipped.invalid++;
+      } else if (
+        Number(m.Attributes?.SentTimestamp ?? 0) >= at.startedAt ||
+        movedBodies.has(digest(m.Body))
+      ) {
+        held.set(id, m);
+        skipped.repeat++;
+      } else fresh.push(m);
+    }
+    const delivered = await sendToJobsQueue(aws, q.queueUrl, fresh);
+    for (const m of fresh) {
+      if (!delivered.has(m.MessageId ?? '')) continue;
+      sent.add(m.MessageId ?? '');
+      movedBodies.add(digest(m.Body));
+    }
     refused.push(...fresh.filter((m) => !delivered.has(m.MessageId ?? '')));
-    const toDelete = [...again, ...fresh.filter((m) => delivered.has(m.MessageId ?? ''))];
-    await deleteWithRetries(aws, dlqUrl, toDelete);
+    await deleteWithRetries(aws, q.dlqUrl, [
+      ...again,
+      ...fresh.filter((m) => delivered.has(m.MessageId ?? '')),
+    ]);
     moved += delivered.size;
-    progress.update(moved);
+    const handled = moved + refused.length + skipped.invalid;
+    progress.update(handled);
+    // Everything that was there at the start is accounted for and only returners are left.
+    if (fresh.length === 0 && again.length === 0 && handled >= at.waiting) break;
   }
   progress.finish();
-  await makeVisibleAgain(aws, dlqUrl, refused);
-  return { method: 'receive-send-delete', moved, failed: refused.length };
+  await makeVisibleAgain(aws, q.dlqUrl, [...refused, ...held.values()]);
+  return {
+    method: 'receive-send-delete',
+    moved,
+    failed: refused.length,
+    skipped,
+    interrupted: o.signal?.aborted === true,
+  };
 }
 
 /** Messages the jobs queue refused stay in the DLQ; make them visible there again now, not in 5 minutes. */
