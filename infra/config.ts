@@ -1,3 +1,4 @@
+import { parseAllowlist } from '../functions/shared/allowlist.js';
 import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
 import { ConfigError } from '../functions/shared/errors.js';
 
@@ -165,18 +166,8 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   }
 
   const allowedHosts = readList(input, 'allowedHosts');
-  for (const host of allowedHosts) {
-    if (
-      !/^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:\d{1,5})?$/.test(
-        host,
-      )
-    ) {
-      throw new ConfigError(
-        'allowedHosts',
-        `"${host}" is not a host name, IP address or *.suffix (an optional :port is allowed)`,
-      );
-    }
-  }
+  // The worker's own parser: synth accepts exactly the entries the worker will start with.
+  parseAllowlist(allowedHosts, 'allowedHosts');
 
   const captchaaiUrl = readString(input, 'captchaaiUrl', DEFAULTS.captchaaiUrl).replace(/\/+$/, '');
   let parsedUrl: URL;

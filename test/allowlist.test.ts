@@ -50,27 +50,91 @@ describe('allowlist', () => {
     },
   );
 
-  it.each([
-    ['127.0.0.1', 'loopback'],
-    ['10.1.2.3', 'private'],
-    ['172.20.0.1', 'private'],
-    ['192.168.1.1', 'private'],
-    ['169.254.169.254', 'link-local'],
-    ['100.100.1.1', 'shared (CGNAT)'],
-    ['0.0.0.0', 'unspecified'],
-    ['::', 'unspecified'],
-    ['::1', 'loopback'],
-    ['fd12:3456::1', 'unique local (ULA)'],
-    ['fe80::1', 'link-local'],
-    ['::ffff:127.0.0.1', 'loopback'],
-    ['::ffff:a9fe:a9fe', 'link-local'],
-    ['224.0.0.1', 'multicast'],
-  ])('classifies %s as %s', (address, range) => {
-    expect(specialRangeOf(address)).toBe(range);
+  // [address, the range it must be refused as]. Embedded IPv4 forms are judged by the IPv4 inside.
+  const SPECIAL: Array<[string, RegExp]> = [
+    ['127.0.0.1', /^loopback$/],
+    ['127.255.255.254', /^loopback$/],
+    ['10.1.2.3', /^private$/],
+    ['172.16.0.1', /^private$/],
+    ['172.31.255.255', /^private$/],
+    ['192.168.1.1', /^private$/],
+    ['100.64.0.1', /CGNAT/],
+    ['100.127.255.254', /CGNAT/],
+    ['169.254.169.254', /link-local.*metadata/],
+    ['169.254.0.1', /link-local/],
+    ['0.0.0.0', /^unspecified$/],
+    ['0.1.2.3', /^unspecified$/],
+    ['192.0.0.8', /reserved/],
+    ['192.0.2.10', /reserved/],
+    ['198.51.100.7', /reserved/],
+    ['203.0.113.9', /reserved/],
+    ['198.18.0.1', /reserved/],
+    ['198.19.255.254', /reserved/],
+    ['240.0.0.1', /reserved/],
+    ['250.1.2.3', /reserved/],
+    ['255.255.255.255', /^broadcast$/],
+    ['224.0.0.1', /^multicast$/],
+    ['239.255.255.250', /^multicast$/],
+    ['::', /^unspecified$/],
+    ['::1', /^loopback$/],
+    ['0:0:0:0:0:0:0:1', /^loopback$/],
+    ['fd12:3456::1', /unique local/],
+    ['fc00::1', /unique local/],
+    ['fe80::1', /^link-local/],
+    ['fe80::1%eth0', /zone id/],
+    ['fec0::1', /site-local/],
+    ['ff02::1', /^multicast$/],
+    ['2001:db8::1', /reserved/],
+    ['3fff::1', /reserved/],
+    ['100::1', /discard/],
+    ['::ffff:127.0.0.1', /IPv4-mapped form of 127\.0\.0\.1, loopback/],
+    ['::ffff:7f00:1', /IPv4-mapped form of 127\.0\.0\.1, loopback/],
+    ['0:0:0:0:0:ffff:7f00:1', /IPv4-mapped form of 127\.0\.0\.1, loopback/],
+    ['0000:0000:0000:0000:0000:ffff:127.0.0.1', /IPv4-mapped form of 127\.0\.0\.1, loopback/],
+    ['::ffff:a9fe:a9fe', /IPv4-mapped form of 169\.254\.169\.254, link-local/],
+    ['::ffff:0:10.0.0.1', /IPv4-mapped form of 10\.0\.0\.1, private/],
+    // ipaddr.js reads the dotted compatible form as mapped; either way the IPv4 inside decides.
+    ['::127.0.0.1', /IPv4-(mapped|compatible) form of 127\.0\.0\.1, loopback/],
+    ['::a9fe:a9fe', /IPv4-compatible form of 169\.254\.169\.254/],
+    ['64:ff9b::127.0.0.1', /NAT64 form of 127\.0\.0\.1, loopback/],
+    ['64:ff9b::a9fe:a9fe', /NAT64 form of 169\.254\.169\.254/],
+    ['64:ff9b:1::a9fe:a9fe', /local-use NAT64/],
+    ['64:ff9b:1::808:808', /local-use NAT64/],
+    ['2002:7f00:1::', /6to4 form of 127\.0\.0\.1, loopback/],
+    ['2002:a9fe:a9fe::', /6to4 form of 169\.254\.169\.254/],
+    ['2002:c0a8:101::1', /6to4 form of 192\.168\.1\.1, private/],
+    ['2001::1', /Teredo form of 0\.0\.0\.0, unspecified/],
+    // Teredo: server 8.8.8.8, client ~(7f ff ff fe... ) = 127.0.0.1 after the XOR.
+    ['2001:0:808:808::80ff:fffe', /Teredo form of 127\.0\.0\.1, loopback/],
+    ['2001:2::1', /benchmarking/],
+    ['4000::1', /not global unicast/],
+  ];
+
+  it.each(SPECIAL)('refuses %s as %s', (address, range) => {
+    expect(specialRangeOf(address)).toMatch(range);
   });
 
-  it.each(['93.184.216.34', '2606:4700::6810:85e5', '8.8.8.8'])('treats %s as public', (address) => {
+  it('covers at least 40 special addresses', () => {
+    expect(SPECIAL.length).toBeGreaterThanOrEqual(40);
+  });
+
+  it.each([
+    '93.184.216.34',
+    '8.8.8.8',
+    '1.1.1.1',
+    '100.63.255.255',
+    '172.32.0.1',
+    '2606:4700::6810:85e5',
+    '::ffff:8.8.8.8',
+    '64:ff9b::808:808',
+    '2002:808:808::1',
+    '2001:0:808:808::f7f7:f7f7',
+  ])('treats %s as public', (address) => {
     expect(specialRangeOf(address)).toBeUndefined();
+  });
+
+  it.each(['example.com', '127.1', '1.2.3.4.5'])('calls %s not an IP address', (text) => {
+    expect(specialRangeOf(text)).toBe('not an IP address');
   });
 
   it('refuses a suffix-matched host that resolves to a private address, and allows a public one', async () => {

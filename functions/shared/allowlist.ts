@@ -1,5 +1,6 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
-import { BlockList, isIP, type LookupFunction } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
+import ipaddr from 'ipaddr.js';
 import { ConfigError, TargetError } from './errors.js';
 
 /**
@@ -65,78 +66,81 @@ export function isHostAllowlisted(host: string, allowlist: Allowlist): boolean {
   return allowlist.exact.has(h) || allowlist.suffixes.some((suffix) => h.endsWith(suffix));
 }
 
-const special = new BlockList();
-const SPECIAL_V4: Array<[string, number, string]> = [
-  ['0.0.0.0', 8, 'unspecified'],
-  ['10.0.0.0', 8, 'private'],
-  ['100.64.0.0', 10, 'shared (CGNAT)'],
-  ['127.0.0.0', 8, 'loopback'],
-  ['169.254.0.0', 16, 'link-local'],
-  ['172.16.0.0', 12, 'private'],
-  ['192.0.0.0', 24, 'IETF protocol assignments'],
-  ['192.0.2.0', 24, 'documentation'],
-  ['192.168.0.0', 16, 'private'],
-  ['198.18.0.0', 15, 'benchmarking'],
-  ['198.51.100.0', 24, 'documentation'],
-  ['203.0.113.0', 24, 'documentation'],
-  ['224.0.0.0', 4, 'multicast'],
-  ['240.0.0.0', 4, 'reserved'],
-];
-const SPECIAL_V6: Array<[string, number, string]> = [
-  ['::', 128, 'unspecified'],
-  ['::1', 128, 'loopback'],
-  ['fc00::', 7, 'unique local (ULA)'],
-  ['fe80::', 10, 'link-local'],
-  ['fec0::', 10, 'site-local'],
-  ['ff00::', 8, 'multicast'],
-  ['2001:db8::', 32, 'documentation'],
-  ['100::', 64, 'discard'],
-];
-for (const [net, prefix] of SPECIAL_V4) special.addSubnet(net, prefix, 'ipv4');
-for (const [net, prefix] of SPECIAL_V6) special.addSubnet(net, prefix, 'ipv6');
+/**
+ * Why a special address is refused, by ipaddr.js's range name. Anything ipaddr.js does not
+ * call `unicast` is refused; the names below only make the reason readable.
+ */
+const RANGE_NAMES: Record<string, string> = {
+  unspecified: 'unspecified',
+  broadcast: 'broadcast',
+  multicast: 'multicast',
+  linkLocal: 'link-local (incl. the cloud metadata address)',
+  loopback: 'loopback',
+  carrierGradeNat: 'shared (CGNAT)',
+  private: 'private',
+  reserved: 'reserved (documentation, benchmarking, protocol assignments or future use)',
+  uniqueLocal: 'unique local (ULA)',
+  deprecatedSiteLocal: 'site-local',
+  discard: 'discard',
+  benchmarking: 'benchmarking',
+};
 
-function v4Of(ip: string): number {
-  return ip.split('.').reduce((acc, part) => acc * 256 + Number(part), 0);
-}
-
-function inV4(ip: string, net: string, prefix: number): boolean {
-  const size = 2 ** (32 - prefix);
-  return Math.floor(v4Of(ip) / size) === Math.floor(v4Of(net) / size);
-}
-
-/** The IPv4 address embedded in an IPv4-mapped (::ffff:a.b.c.d), NAT64 or compatible IPv6 address. */
-function embeddedV4(ip: string): string | undefined {
-  const m = /^(?:::ffff:(?:0:)?|64:ff9b::|::)(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
-  if (m?.[1]) return m[1];
-  const hex = /^(?:::ffff:(?:0:)?|64:ff9b::)([0-9a-f]{1,4}):([0-9a-f]{1,4})$/i.exec(ip);
-  if (hex?.[1] && hex[2]) {
-    const hi = Number.parseInt(hex[1], 16);
-    const lo = Number.parseInt(hex[2], 16);
-    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+/**
+ * The IPv4 addresses an IPv6 address carries, when it is one of the forms that reach an IPv4
+ * host: IPv4-mapped `::ffff:a.b.c.d` and `::ffff:0:a.b.c.d` (RFC 6145), IPv4-compatible
+ * `::a.b.c.d`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`, and Teredo `2001::/32` (both the
+ * server and the obfuscated client address). ipaddr.js names these ranges but extracts only
+ * the mapped form, so the bit positions of the others are read here (RFCs 3056, 4380, 6052).
+ */
+function embeddedV4(ip: ipaddr.IPv6): { kind: string; v4: ipaddr.IPv4[] } | undefined {
+  const p = ip.parts;
+  const v4 = (hi: number, lo: number) => new ipaddr.IPv4([hi >> 8, hi & 255, lo >> 8, lo & 255]);
+  const range = ip.range();
+  if (range === 'ipv4Mapped' || range === 'rfc6145') return { kind: 'IPv4-mapped', v4: [v4(p[6]!, p[7]!)] };
+  if (range === '6to4') return { kind: '6to4', v4: [v4(p[1]!, p[2]!)] };
+  if (range === 'teredo') {
+    return { kind: 'Teredo', v4: [v4(p[2]!, p[3]!), v4(~p[6]! & 0xffff, ~p[7]! & 0xffff)] };
+  }
+  if (range === 'rfc6052' && p[2] === 0) return { kind: 'NAT64', v4: [v4(p[6]!, p[7]!)] };
+  // IPv4-compatible (deprecated): the first 96 bits zero; :: and ::1 keep their own names.
+  if (p.slice(0, 6).every((part) => part === 0) && (p[6] !== 0 || p[7]! > 1)) {
+    return { kind: 'IPv4-compatible', v4: [v4(p[6]!, p[7]!)] };
   }
   return undefined;
 }
 
+function v4RangeOf(ip: ipaddr.IPv4): string | undefined {
+  const range = ip.range();
+  return range === 'unicast' ? undefined : (RANGE_NAMES[range] ?? range);
+}
+
 /** Names the special range an address is in (`loopback`, `private`, …), or undefined for a public one. */
 export function specialRangeOf(address: string): string | undefined {
-  const ip = normalizeHost(address);
-  const version = isIP(ip);
-  if (version === 4) {
-    if (ip === '255.255.255.255') return 'broadcast';
-    return SPECIAL_V4.find(([net, prefix]) => inV4(ip, net, prefix))?.[2];
+  const text = normalizeHost(address);
+  // isIP first: ipaddr.js also accepts shorthands like `127.1` that DNS answers never contain.
+  if (isIP(text) === 0) return 'not an IP address';
+  const ip = ipaddr.parse(text);
+  if (ip.kind() === 'ipv4') return v4RangeOf(ip as ipaddr.IPv4);
+  const v6 = ip as ipaddr.IPv6;
+  if (v6.zoneId) return 'scoped (zone id)';
+  const embedded = embeddedV4(v6);
+  if (embedded) {
+    for (const v4 of embedded.v4) {
+      const range = v4RangeOf(v4);
+      if (range) return `${embedded.kind} form of ${v4.toString()}, ${range}`;
+    }
+    return undefined;
   }
-  if (version === 6) {
-    const v4 = embeddedV4(ip);
-    if (v4) return specialRangeOf(v4);
-    if (!special.check(ip, 'ipv6')) return undefined;
-    return SPECIAL_V6.find(([net, prefix]) => {
-      const one = new BlockList();
-      one.addSubnet(net, prefix, 'ipv6');
-      return one.check(ip, 'ipv6');
-    })?.[2];
-  }
-  return 'not an IP address';
+  const range = v6.range();
+  // Local-use NAT64 (RFC 8215) is network-specific by definition, whatever address it embeds.
+  if (range === 'rfc6052') return 'local-use NAT64 (64:ff9b:1::/48)';
+  if (range !== 'unicast') return RANGE_NAMES[range] ?? range;
+  // Only global unicast (2000::/3) is public; ipaddr.js calls every unassigned block unicast.
+  if (!v6.match(GLOBAL_UNICAST)) return 'not global unicast (outside 2000::/3)';
+  return undefined;
 }
+
+const GLOBAL_UNICAST = ipaddr.parseCIDR('2000::/3');
 
 /**
  * Checks that a URL may be contacted: http(s), no credentials, an allowlisted host, and
