@@ -13,10 +13,11 @@ import {
   type DeployResult,
   deployToEmulator,
   REPO_ROOT,
-  readStackOutputs,
   type StackOutputs,
   type StackSettings,
 } from './deploy.js';
+import { checkLocalStack } from './localstack-health.js';
+import { deployToLocalStack, localStackSettings, localStackTargetConfig } from './localstack-target.js';
 import { type MotoServer, startMoto } from './moto.js';
 import { LocalRuntime, type RuntimeEvent } from './runtime.js';
 import { startTargetStandin, type TargetStandin } from './target-standin.js';
@@ -26,9 +27,10 @@ import { startTargetStandin, type TargetStandin } from './target-standin.js';
  * the real CDK app deployed to moto, and the local runtime running its functions. `threadgate
  * local` and the end-to-end tests both build on this.
  *
- * With `target: 'localstack'` nothing is deployed or run here: the stack is expected to be
- * deployed to LocalStack already (docs/local-stack.md "LocalStack"), LocalStack runs the functions, and
- * the stand-ins listen on fixed ports that the deployed stack was pointed at.
+ * With `target: 'localstack'` the same CDK app is deployed to a running LocalStack after its
+ * health/version check (local/localstack-target.ts; docs/local-stack.md "LocalStack"), LocalStack
+ * runs the functions, and the stand-ins listen on fixed ports of all interfaces, where the
+ * functions' containers reach them through the Docker host.
  *
  * This file starts the stack. Beside it: local-stack-records.ts (the job messages a run sends),
  * local-stack-observation.ts (reading queues, outcomes, the DLQ and the cap back) and
@@ -49,7 +51,7 @@ export interface LocalStackOptions {
   logDir?: string;
   /** Synthesize even when a cached assembly exists. */
   freshSynth?: boolean;
-  /** `moto` (default): everything here. `localstack`: use a stack already deployed to LocalStack. */
+  /** `moto` (default): everything here. `localstack`: deploy to a running LocalStack, which runs the functions. */
   target?: 'moto' | 'localstack';
   /** Phase messages ("deploying …") for a progress display. */
   onPhase?: (message: string) => void;
@@ -61,7 +63,7 @@ export interface LocalStack {
   awsEnv: Record<string, string>;
   outputs: StackOutputs;
   stackName: string;
-  /** Only for moto: the emulator, deploy timings and the runtime. */
+  /** The emulator and the runtime only for moto; deploy timings for both targets. */
   moto: MotoServer | undefined;
   deploy: DeployResult | undefined;
   runtime: LocalRuntime | undefined;
@@ -126,50 +128,56 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
 
   try {
     const local = target === 'localstack';
-    // LocalStack runs the functions in containers: they reach the stand-ins on fixed ports of the host.
-    const apiKey = local
-      ? (process.env.THREADGATE_LOCALSTACK_API_KEY ?? 'threadgate-localstack-key')
-      : randomBytes(16).toString('hex');
+    // LocalStack runs the functions in containers: they reach the stand-ins on fixed ports of the
+    // host. Check that it is there (and the right version) before binding them.
+    const lsConfig = local ? localStackTargetConfig() : undefined;
+    if (lsConfig) {
+      phase(`checking LocalStack at ${lsConfig.awsEnv.AWS_ENDPOINT_URL}`);
+      await checkLocalStack(lsConfig.awsEnv.AWS_ENDPOINT_URL ?? '');
+    }
+    const apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
     phase('starting the CaptchaAI stand-in');
     const captcha = await startCaptchaStandin({
       threads,
       apiKey,
       timeScale,
       faults: options.faults,
-      port: local ? Number(process.env.THREADGATE_STANDIN_PORT ?? 8931) : 0,
+      port: lsConfig?.captchaPort ?? 0,
       host: local ? '0.0.0.0' : '127.0.0.1',
     });
     cleanups.push(() => captcha.close());
     const targetSite = await startTargetStandin({
       captchaUrl: captcha.url,
-      port: local ? Number(process.env.THREADGATE_TARGET_PORT ?? 8932) : 0,
+      port: lsConfig?.targetPort ?? 0,
       host: local ? '0.0.0.0' : '127.0.0.1',
     });
     cleanups.push(() => targetSite.close());
     // Records must name the target as the functions see it: from LocalStack's Lambda containers
     // that is the Docker host (THREADGATE_STANDIN_HOST, default host.docker.internal).
-    const site: TargetStandin = local
-      ? {
-          ...targetSite,
-          url: `http://${process.env.THREADGATE_STANDIN_HOST ?? 'host.docker.internal'}:${targetSite.port}`,
-        }
+    const site: TargetStandin = lsConfig
+      ? { ...targetSite, url: `http://${lsConfig.standinHost}:${targetSite.port}` }
       : targetSite;
 
     let moto: MotoServer | undefined;
-    let deploy: DeployResult | undefined;
+    let deploy: DeployResult;
     let runtime: LocalRuntime | undefined;
     let awsEnv: Record<string, string>;
-    let outputs: StackOutputs;
-    let stackName = String(options.settings?.stackName ?? 'Threadgate');
-    if (local) {
-      awsEnv = {
-        AWS_ENDPOINT_URL: process.env.AWS_ENDPOINT_URL ?? 'http://localhost:4566',
-        AWS_REGION: process.env.AWS_REGION ?? 'us-east-1',
-        AWS_ACCESS_KEY_ID: process.env.AWS_ACCESS_KEY_ID ?? 'test',
-        AWS_SECRET_ACCESS_KEY: process.env.AWS_SECRET_ACCESS_KEY ?? 'test',
-      };
-      stackName = process.env.THREADGATE_STACK ?? stackName;
-      outputs = await readStackOutputs(awsEnv, stackName);
+    if (lsConfig) {
+      awsEnv = lsConfig.awsEnv;
+      const deployed = await deployToLocalStack({
+        config: lsConfig,
+        settings: localSettings({
+          threads,
+          reserve,
+          timeScale,
+          ...localStackSettings(lsConfig),
+          extra: { ...options.settings, ...(lsConfig.stackName ? { stackName: lsConfig.stackName } : {}) },
+        }),
+        logFile: join(logDir, 'deploy.log'),
+        freshSynth: options.freshSynth,
+        onPhase: phase,
+      });
+      deploy = deployed.deploy;
     } else {
       phase('starting moto');
       moto = await startMoto();
@@ -189,10 +197,12 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         logFile: join(logDir, 'deploy.log'),
         freshSynth: options.freshSynth,
       });
-      const runAssembly = deploy.assemblyDir;
-      cleanups.push(async () => rmSync(runAssembly, { recursive: true, force: true }));
-      outputs = deploy.outputs;
-      stackName = deploy.stackName;
+    }
+    const runAssembly = deploy.assemblyDir;
+    cleanups.push(async () => rmSync(runAssembly, { recursive: true, force: true }));
+    const outputs = deploy.outputs;
+    const stackName = deploy.stackName;
+    if (moto) {
       phase('starting the local runtime');
       runtime = await LocalRuntime.start({
         awsEnv,

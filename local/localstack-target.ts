@@ -69,7 +69,10 @@ export function localStackTargetConfig(env: NodeJS.ProcessEnv = process.env): Lo
  * it) is allowlisted; it resolves to a private address, which the allowlist refuses unless
  * the exact host is listed.
  */
-export function localStackSettings(config: LocalStackTargetConfig): StackSettings {
+export function localStackSettings(config: LocalStackTargetConfig): {
+  captchaaiUrl: string;
+  allowedHosts: string[];
+} {
   return {
     captchaaiUrl: `http://${config.standinHost}:${config.captchaPort}`,
     allowedHosts: [config.standinHost],

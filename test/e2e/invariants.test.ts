@@ -19,15 +19,21 @@ import {
   uniquePrefix,
   waitFor,
 } from './harness.js';
+import { e2eTarget, expectationsFor, expectedKnobs, readKnobs } from './target.js';
 
 const NO_FAULTS = { html502: 0, unsolvable: 0, neverFinish: 0 };
+// What this target can show (test/e2e/target.ts): LocalStack runs one invocation at a time.
+const TARGET = expectationsFor(e2eTarget());
+const CAP_RECORDS = TARGET.capRecords;
 
 // The six invariants of docs/design.md, end to end: the real CDK app deployed to moto, run by the
-// local runtime against the CaptchaAI and target-site stand-ins. One deployment for the file
+// local runtime against the CaptchaAI and target-site stand-ins, or, with
+// THREADGATE_E2E_TARGET=localstack, deployed to LocalStack, which runs the functions (what the
+// suite can assert there is chosen in ./target.ts). One deployment for the file
 // (on two cores, parallel deployments starve each other's time-scaled stand-ins); each test
 // uses its own record keys and resets the stand-ins' counters. Order matters only in that the
 // stop test runs last and leaves the pipeline resumed.
-describe('e2e: threadgate deployed to moto', () => {
+describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
   let stack: LocalStack;
 
   beforeAll(async () => {
@@ -46,21 +52,23 @@ describe('e2e: threadgate deployed to moto', () => {
     stack.captcha.setFaults(NO_FAULTS);
     // The plan test leaves a bigger plan behind: back to 8 threads, cap 6, before counting.
     stack.captcha.setThreads(E2E.threads);
-    await waitFor('the deployed cap', async () => (await deployedCap(stack)) === CAP);
+    await waitFor('the deployed cap', async () => (await deployedCap(stack)) === CAP, {
+      timeoutMs: TARGET.adjusterWaitMs,
+    });
     await drainTo(stack, CAP);
     stack.captcha.resetStats();
     stack.site.resetStats();
-  });
+  }, TARGET.adjusterWaitMs + 120_000);
 
-  it('never lets more than threads − reserve solves in flight, with no ZERO_BALANCE, over 200 records', async () => {
+  it(`never lets more than threads − reserve solves in flight, with no ZERO_BALANCE, over ${CAP_RECORDS} records`, async () => {
     // Prepare
     const prefix = uniquePrefix('cap');
-    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 200, prefix);
+    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, CAP_RECORDS, prefix);
     const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
     stack.captcha.resetStats();
     // Act
     await feedQueue(stack, stack.outputs.QueueUrl, bodies);
-    await waitFor('200 outcomes', async () => (await finalCount(stack, keys)) === 200, {
+    await waitFor(`${CAP_RECORDS} outcomes`, async () => (await finalCount(stack, keys)) === CAP_RECORDS, {
       timeoutMs: 240_000,
     });
     // Assess (a record may fail, e.g. POLL_TIMEOUT on a starved machine, but each has one final outcome)
@@ -69,56 +77,104 @@ describe('e2e: threadgate deployed to moto', () => {
     expect(stats.maxInFlight).toBeLessThanOrEqual(CAP);
     expect(stats.zeroBalance).toBe(0);
     expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
-    expect(stats.submits).toBe(200);
+    expect(stats.submits).toBe(CAP_RECORDS);
     expect(await dlqCount(stack)).toBe(0);
   }, 300_000);
 
-  it('drops in flight to the new cap after the plan shrinks, and raises the cap when it grows', async () => {
-    // Prepare: a steady backlog at the deployed cap.
-    const prefix = uniquePrefix('plan');
-    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 100, prefix);
-    const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
-    const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 30 });
-    await waitFor('15 outcomes at the first cap', async () => (await finalCount(stack, keys)) >= 15);
+  if (TARGET.capChange === 'in-flight-follows') {
+    it('drops in flight to the new cap after the plan shrinks, and raises the cap when it grows', async () => {
+      // Prepare: a steady backlog at the deployed cap.
+      const prefix = uniquePrefix('plan');
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 100, prefix);
+      const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
+      const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 30 });
+      await waitFor('15 outcomes at the first cap', async () => (await finalCount(stack, keys)) >= 15);
 
-    // Act 1: the plan shrinks from 8 to 4 threads → cap 2.
-    stack.captcha.setThreads(4);
-    await waitFor(
-      'the adjuster to lower the cap',
-      async () => (await deployedCap(stack)) === 4 - E2E.reserve,
-    );
-    // Invocations started under the old cap finish their records (one worst-case solve at most).
-    await drainTo(stack, 4 - E2E.reserve);
-    await waitFor('in flight at CaptchaAI to drain', () => stack.captcha.stats().inFlight <= 4 - E2E.reserve);
-    stack.captcha.resetStats();
-    const before = await finalCount(stack, keys);
-    await waitFor('15 outcomes at the lower cap', async () => (await finalCount(stack, keys)) >= before + 15);
-    const whileShrunk = stack.captcha.stats();
+      // Act 1: the plan shrinks from 8 to 4 threads → cap 2.
+      stack.captcha.setThreads(4);
+      await waitFor(
+        'the adjuster to lower the cap',
+        async () => (await deployedCap(stack)) === 4 - E2E.reserve,
+      );
+      // Invocations started under the old cap finish their records (one worst-case solve at most).
+      await drainTo(stack, 4 - E2E.reserve);
+      await waitFor(
+        'in flight at CaptchaAI to drain',
+        () => stack.captcha.stats().inFlight <= 4 - E2E.reserve,
+      );
+      stack.captcha.resetStats();
+      const before = await finalCount(stack, keys);
+      await waitFor(
+        '15 outcomes at the lower cap',
+        async () => (await finalCount(stack, keys)) >= before + 15,
+      );
+      const whileShrunk = stack.captcha.stats();
 
-    // Act 2: the plan grows to 12 threads → cap 10.
-    stack.captcha.setThreads(12);
-    await waitFor(
-      'the adjuster to raise the cap',
-      async () => (await deployedCap(stack)) === 12 - E2E.reserve,
-    );
-    stack.captcha.resetStats();
-    await waitFor(
-      'in flight to rise above the old cap',
-      () => stack.captcha.stats().inFlight > 4 - E2E.reserve,
-    );
-    await waitFor('every record', async () => (await finalCount(stack, keys)) === 100, {
-      timeoutMs: 240_000,
-    });
-    await feeding;
-    const whileGrown = stack.captcha.stats();
+      // Act 2: the plan grows to 12 threads → cap 10.
+      stack.captcha.setThreads(12);
+      await waitFor(
+        'the adjuster to raise the cap',
+        async () => (await deployedCap(stack)) === 12 - E2E.reserve,
+      );
+      stack.captcha.resetStats();
+      await waitFor(
+        'in flight to rise above the old cap',
+        () => stack.captcha.stats().inFlight > 4 - E2E.reserve,
+      );
+      await waitFor('every record', async () => (await finalCount(stack, keys)) === 100, {
+        timeoutMs: 240_000,
+      });
+      await feeding;
+      const whileGrown = stack.captcha.stats();
 
-    // Assess
-    expect(whileShrunk.maxInFlight).toBeLessThanOrEqual(4 - E2E.reserve);
-    expect(whileShrunk.zeroBalance).toBe(0);
-    expect(whileGrown.maxInFlight).toBeGreaterThan(4 - E2E.reserve);
-    expect(whileGrown.maxInFlight).toBeLessThanOrEqual(12 - E2E.reserve);
-    expect(whileGrown.zeroBalance).toBe(0);
-  }, 400_000);
+      // Assess
+      expect(whileShrunk.maxInFlight).toBeLessThanOrEqual(4 - E2E.reserve);
+      expect(whileShrunk.zeroBalance).toBe(0);
+      expect(whileGrown.maxInFlight).toBeGreaterThan(4 - E2E.reserve);
+      expect(whileGrown.maxInFlight).toBeLessThanOrEqual(12 - E2E.reserve);
+      expect(whileGrown.zeroBalance).toBe(0);
+    }, 400_000);
+  } else {
+    // LocalStack's one poller cannot show in flight following the cap, so there this checks that
+    // the adjuster's writes land: PutFunctionConcurrency and UpdateEventSourceMapping, read back,
+    // driven by the real scheduled rule (about once a minute), and a run at the lower cap.
+    it(
+      "lands the cap adjuster's PutFunctionConcurrency and UpdateEventSourceMapping values when the plan shrinks and grows",
+      async () => {
+        // Prepare
+        const prefix = uniquePrefix('knobs');
+        const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 10, prefix);
+        const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
+        const landed = (cap: number) => async () => {
+          const knobs = await readKnobs(stack);
+          const want = expectedKnobs(cap);
+          return (
+            knobs.reservedConcurrency === want.reservedConcurrency &&
+            knobs.mappingMaximum === want.mappingMaximum
+          );
+        };
+        const wait = { timeoutMs: TARGET.adjusterWaitMs, intervalMs: 1000 };
+        // Act 1: the plan shrinks from 8 to 4 threads → cap 2; records still finish at that cap.
+        stack.captcha.setThreads(4);
+        await waitFor('the adjuster to write cap 2', landed(4 - E2E.reserve), wait);
+        const shrunk = await readKnobs(stack);
+        stack.captcha.resetStats();
+        await feedQueue(stack, stack.outputs.QueueUrl, bodies);
+        await waitFor('10 outcomes at cap 2', async () => (await finalCount(stack, keys)) === 10);
+        const whileShrunk = stack.captcha.stats();
+        // Act 2: the plan grows to 12 threads → cap 10.
+        stack.captcha.setThreads(12);
+        await waitFor('the adjuster to write cap 10', landed(12 - E2E.reserve), wait);
+        const grown = await readKnobs(stack);
+        // Assess
+        expect(shrunk).toEqual({ ...expectedKnobs(4 - E2E.reserve), enabled: true });
+        expect(grown).toEqual({ ...expectedKnobs(12 - E2E.reserve), enabled: true });
+        expect(whileShrunk.maxInFlight).toBeLessThanOrEqual(4 - E2E.reserve);
+        expect(whileShrunk.zeroBalance).toBe(0);
+      },
+      2 * TARGET.adjusterWaitMs + 120_000,
+    );
+  }
 
   it('submits each record_key to in.php once although every message is sent twice and some are redelivered', async () => {
     // Prepare

@@ -1,3 +1,6 @@
+import { GetFunctionConcurrencyCommand } from '@aws-sdk/client-lambda';
+import type { LocalStack } from '../../local/local-stack.js';
+
 /**
  * What the end-to-end suite can assert on each target (THREADGATE_E2E_TARGET), chosen in one
  * place so the choice itself is unit-tested (test/e2e-target.test.ts) and docs/local-stack.md's
@@ -76,4 +79,21 @@ export function expectationsFor(target: E2eTarget): TargetExpectations {
 export function expectedKnobs(cap: number): { reservedConcurrency: number; mappingMaximum: number } {
   if (cap < 2) throw new Error(`expectedKnobs: a cap of ${cap} leaves no mapping maximum; use 2 or more`);
   return { reservedConcurrency: cap, mappingMaximum: cap };
+}
+
+/** The cap knobs as deployed now: reserved concurrency and the mapping's maximum and state. */
+export async function readKnobs(stack: Pick<LocalStack, 'lambda' | 'control' | 'outputs'>): Promise<{
+  reservedConcurrency: number | undefined;
+  mappingMaximum: number | undefined;
+  enabled: boolean;
+}> {
+  const [reserved, mapping] = await Promise.all([
+    stack.lambda.send(new GetFunctionConcurrencyCommand({ FunctionName: stack.outputs.WorkerFunctionName })),
+    stack.control.readMapping(),
+  ]);
+  return {
+    reservedConcurrency: reserved.ReservedConcurrentExecutions,
+    mappingMaximum: mapping.maximumConcurrency,
+    enabled: mapping.enabled,
+  };
 }
