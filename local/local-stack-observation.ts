@@ -3,7 +3,7 @@ import {
   type MessageAttributeValue,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
@@ -47,14 +47,12 @@ export async function queueDepth(
 /** Every outcome row (a Scan: the local tables are small). */
 export async function readOutcomes(stack: Pick<LocalStack, 'documents' | 'outputs'>): Promise<OutcomeRow[]> {
   const rows: OutcomeRow[] = [];
-  let start: Record<string, unknown> | undefined;
-  do {
-    const out = await stack.documents.send(
-      new ScanCommand({ TableName: stack.outputs.TableName, ExclusiveStartKey: start }),
-    );
-    rows.push(...((out.Items ?? []) as OutcomeRow[]));
-    start = out.LastEvaluatedKey;
-  } while (start);
+  for await (const page of paginateScan(
+    { client: stack.documents },
+    { TableName: stack.outputs.TableName },
+  )) {
+    rows.push(...((page.Items ?? []) as OutcomeRow[]));
+  }
   return rows;
 }
 
