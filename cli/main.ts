@@ -26,8 +26,18 @@ export function buildProgram(): Command {
       'Solve CAPTCHAs for distributed jobs through CaptchaAI without exceeding the plan thread limit.',
     )
     .version('0.1.0')
+    .option(
+      '--profile <name>',
+      'AWS profile for credentials, region and endpoint_url (default: $AWS_PROFILE)',
+    )
     .showHelpAfterError('(run with --help for usage)')
-    .exitOverride();
+    .exitOverride()
+    // Through AWS_PROFILE, the one setting every part of the SDK reads: credentials, region and
+    // the configured endpoint (the client option `profile` does not reach endpoint_url).
+    .hook('preAction', () => {
+      const { profile } = program.opts<{ profile?: string }>();
+      if (profile) process.env.AWS_PROFILE = profile;
+    });
   registerCommands(program);
   return program;
 }

@@ -1,5 +1,6 @@
 import {
   CloudFormationClient,
+  type CloudFormationClientConfig,
   DescribeStacksCommand,
   paginateDescribeStacks,
   type Stack,
@@ -25,9 +26,9 @@ import { CliError, EXIT } from './exit-codes.js';
 
 /**
  * How the CLI finds a deployed threadgate: the CloudFormation outputs of one stack (named by
- * `--stack`, THREADGATE_STACK, or `Threadgate`), read through AWS SDK clients that honour
- * AWS_ENDPOINT_URL (AWS, LocalStack and the moto-based local stack alike), the region and the
- * usual credential chain. AWS failures become CliErrors that say what to do next.
+ * `--stack`, THREADGATE_STACK, or `Threadgate`), read through AWS SDK clients that resolve the
+ * endpoint, region and credentials the SDK's usual way (AWS, LocalStack and the moto-based
+ * local stack alike). AWS failures become CliErrors that say what to do next.
  */
 
 export const DEFAULT_STACK = 'Threadgate';
@@ -48,7 +49,7 @@ export function addStackOptions(command: Command): Command {
     .option('--region <region>', 'AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION)')
     .option(
       '--endpoint-url <url>',
-      'AWS endpoint, for LocalStack or the local stack (default: $AWS_ENDPOINT_URL)',
+      "AWS endpoint, for LocalStack or the local stack (default: $AWS_ENDPOINT_URL, or the profile's endpoint_url)",
     );
 }
 
@@ -71,11 +72,15 @@ export interface AwsContext {
   clients: AwsClients;
 }
 
-type ServiceId = 'CLOUDFORMATION' | 'SQS' | 'LAMBDA' | 'SSM' | 'DYNAMODB' | 'SECRETS_MANAGER';
-
-/** Builds SDK clients once per command run. */
+/**
+ * Builds SDK clients once per command run. The endpoint is `--endpoint-url` when given, else
+ * the SDK's own resolution: AWS_ENDPOINT_URL_<SERVICE>, AWS_ENDPOINT_URL, then the profile's
+ * `endpoint_url` (or its `services` section) in the shared config file; `--profile` selects
+ * the profile (through AWS_PROFILE, see cli/main.ts). `credentials` is for callers in code
+ * (tests against the emulator); the CLI itself uses the SDK's credential chain.
+ */
 export async function awsContext(
-  options: StackOptions = {},
+  options: StackOptions & { credentials?: CloudFormationClientConfig['credentials'] } = {},
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<AwsContext> {
   const region = options.region ?? env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? (await profileRegion());
@@ -85,40 +90,54 @@ export async function awsContext(
       EXIT.usage,
     );
   }
-  const endpointFor = (service: ServiceId): string | undefined =>
-    options.endpointUrl ?? env[`AWS_ENDPOINT_URL_${service}`] ?? env.AWS_ENDPOINT_URL;
-  const endpoint = options.endpointUrl ?? env.AWS_ENDPOINT_URL;
-  const endpointSource = options.endpointUrl
-    ? '--endpoint-url'
-    : env.AWS_ENDPOINT_URL
-      ? 'AWS_ENDPOINT_URL'
-      : undefined;
-  const base = (service: ServiceId) => {
-    const serviceEndpoint = endpointFor(service);
-    return {
-      region,
-      // Passing the endpoint explicitly (not only through the environment) matters for SQS:
-      // without it the client sends to the host in the QueueUrl, which may be AWS itself.
-      ...(serviceEndpoint ? { endpoint: serviceEndpoint } : {}),
-      maxAttempts: 3,
-      requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
-    };
+  const config = {
+    region,
+    ...(options.endpointUrl ? { endpoint: options.endpointUrl } : {}),
+    ...(options.credentials ? { credentials: options.credentials } : {}),
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
   };
-  const dynamodb = new DynamoDBClient(base('DYNAMODB'));
+  const cloudFormation = new CloudFormationClient(config);
+  const dynamodb = new DynamoDBClient(config);
+  const endpoint = options.endpointUrl ?? (await configuredEndpoint(cloudFormation));
   return {
     region,
     endpoint,
-    endpointSource,
+    endpointSource: options.endpointUrl ? '--endpoint-url' : endpoint ? endpointOrigin(endpoint) : undefined,
     clients: {
-      cloudFormation: new CloudFormationClient(base('CLOUDFORMATION')),
-      sqs: new SQSClient({ ...base('SQS'), useQueueUrlAsEndpoint: false }),
-      lambda: new LambdaClient(base('LAMBDA')),
-      ssm: new SSMClient(base('SSM')),
+      cloudFormation,
+      // Without this the SQS client sends each call to the host in its QueueUrl, which for
+      // queues CloudFormation created may be AWS itself rather than the configured endpoint.
+      sqs: new SQSClient({ ...config, useQueueUrlAsEndpoint: false }),
+      lambda: new LambdaClient(config),
+      ssm: new SSMClient(config),
       dynamodb,
       documents: DynamoDBDocumentClient.from(dynamodb),
-      secrets: new SecretsManagerClient(base('SECRETS_MANAGER')),
+      secrets: new SecretsManagerClient(config),
     },
   };
+}
+
+/**
+ * The endpoint the SDK resolved from the environment or the shared config file, to name it in
+ * error messages. `serviceConfiguredEndpoint` is the SDK's own (internal) resolver; if a later
+ * SDK drops it, messages say "in AWS region …" instead, and requests are unaffected.
+ */
+async function configuredEndpoint(client: CloudFormationClient): Promise<string | undefined> {
+  const resolve = (client.config as { serviceConfiguredEndpoint?: () => Promise<string | undefined> })
+    .serviceConfiguredEndpoint;
+  try {
+    return (await resolve?.()) ?? undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Which setting an SDK-resolved endpoint most likely came from (for messages only). */
+function endpointOrigin(endpoint: string, env: NodeJS.ProcessEnv = process.env): string {
+  if (env.AWS_ENDPOINT_URL_CLOUDFORMATION === endpoint) return 'AWS_ENDPOINT_URL_CLOUDFORMATION';
+  if (env.AWS_ENDPOINT_URL === endpoint) return 'AWS_ENDPOINT_URL';
+  return `endpoint_url of AWS profile "${env.AWS_PROFILE ?? 'default'}"`;
 }
 
 /** The region of the active profile (~/.aws/config), as the SDK would find it; undefined if none. */
@@ -240,7 +259,7 @@ export function explainAwsError(err: unknown, aws: AwsContext): CliError {
       ? `the AWS endpoint ${aws.endpoint} (from ${aws.endpointSource})`
       : `AWS in region ${aws.region}`;
     const next = aws.endpoint
-      ? 'Is the emulator running (start the local stack with `npm run local`), and is the port right? Unset AWS_ENDPOINT_URL to use AWS itself.'
+      ? `Is the emulator running (start the local stack with \`npm run local\`), and is the port right? Unset ${aws.endpointSource} to use AWS itself.`
       : 'Check the network, proxy settings and the region.';
     return new CliError(`cannot reach ${target}: ${code ?? name}. ${next}`, EXIT.transient, { cause: err });
   }

@@ -1,4 +1,7 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { CloudFormationClient, DescribeStacksCommand } from '@aws-sdk/client-cloudformation';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MotoServer, startMoto } from '../local/moto.js';
@@ -78,6 +81,74 @@ describe('finding the stack', () => {
     // Assess
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout).stack).toBe(STACK_NAME);
+  });
+});
+
+describe('the SDK resolves the endpoint', () => {
+  /** A shared config file with one profile that points at the emulator, and its credentials. */
+  function profileFiles(profile: string, endpoint: string): { config: string; credentials: string } {
+    const dir = mkdtempSync(join(tmpdir(), 'threadgate-profile-'));
+    const config = join(dir, 'config');
+    const credentials = join(dir, 'credentials');
+    writeFileSync(
+      config,
+      `[profile ${profile}]\nregion = ${moto.awsEnv.AWS_REGION}\nendpoint_url = ${endpoint}\n`,
+    );
+    writeFileSync(
+      credentials,
+      `[${profile}]\naws_access_key_id = ${moto.awsEnv.AWS_ACCESS_KEY_ID}\naws_secret_access_key = ${moto.awsEnv.AWS_SECRET_ACCESS_KEY}\n`,
+    );
+    return { config, credentials };
+  }
+
+  /** The environment of a shell with nothing but the shared config files set. */
+  function profileOnlyEnv(files: { config: string; credentials: string }): NodeJS.ProcessEnv {
+    const env = cliEnv(moto, {
+      AWS_CONFIG_FILE: files.config,
+      AWS_SHARED_CREDENTIALS_FILE: files.credentials,
+    });
+    for (const name of [
+      'AWS_ENDPOINT_URL',
+      'AWS_REGION',
+      'AWS_DEFAULT_REGION',
+      'AWS_ACCESS_KEY_ID',
+      'AWS_SECRET_ACCESS_KEY',
+    ]) {
+      delete env[name];
+    }
+    return env;
+  }
+
+  it('uses the endpoint_url, region and credentials of the profile named by --profile', async () => {
+    // Prepare
+    await ensureStack();
+    const env = profileOnlyEnv(profileFiles('tg-emulator', moto.endpoint));
+
+    // Act: the global option before the command, and after it.
+    const before = await runCli(['--profile', 'tg-emulator', 'status', '--json', '--no-outcomes'], { env });
+    const after = await runCli(['status', '--json', '--no-outcomes', '--profile', 'tg-emulator'], { env });
+
+    // Assess
+    expect(before.stderr).toBe('');
+    expect(before.code).toBe(0);
+    expect(JSON.parse(before.stdout).stack).toBe(STACK_NAME);
+    expect(after.code).toBe(0);
+    expect(JSON.parse(after.stdout).stack).toBe(STACK_NAME);
+  });
+
+  it('uses the endpoint_url of AWS_PROFILE and names it when it cannot reach it', async () => {
+    // Prepare
+    const endpoint = `http://localhost:${await closedPort()}`;
+    const env = { ...profileOnlyEnv(profileFiles('tg-closed', endpoint)), AWS_PROFILE: 'tg-closed' };
+
+    // Act
+    const run = await runCli(['pause'], { env });
+
+    // Assess
+    expect(run.code).toBe(4);
+    expect(run.stderr).toContain(
+      `cannot reach the AWS endpoint ${endpoint} (from endpoint_url of AWS profile "tg-closed")`,
+    );
   });
 });
 
