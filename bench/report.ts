@@ -92,7 +92,11 @@ export function formatReport(r: BenchReport): string {
     [
       '  poll granularity',
       ms(t.poll_granularity),
-      `answer ready, not yet polled; ${ms(t.poll_granularity_predicted)} predicted (first poll, then every ${r.config.poll.interval_ms / 1000} s, scaled)`,
+      `answer ready, not yet polled; ${ms(t.poll_granularity_predicted)} predicted (first poll, then every ${Object.values(
+        r.config.poll.interval_ms,
+      )
+        .map((v) => v / 1000)
+        .join('/')} s, scaled)`,
     ],
     ['  target HTTP', ms(t.target_http), 'page load + POST with token (stand-in verifies it)'],
     ['  invocation overhead', ms(t.invocation_overhead), 'inside the invocation, outside solve and target'],

@@ -103,7 +103,12 @@ export interface BenchReport {
     max_queued: number;
     mix: Record<string, number>;
     worker_memory_mb: number;
-    poll: { first_poll_ms: Record<string, number>; interval_ms: number; note: string };
+    poll: {
+      first_poll_ms: Record<string, number>;
+      interval_ms: Record<string, number>;
+      budget: number;
+      note: string;
+    };
   };
   complete: boolean;
   outcomes: Record<string, number>;
@@ -341,7 +346,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         expectedPollWaitMs(
           DEFAULT_LATENCY[t],
           DEFAULT_TIMINGS.firstPollMs[t],
-          DEFAULT_TIMINGS.pollIntervalMs,
+          DEFAULT_TIMINGS.pollIntervalMs[t],
         );
     }
     predictedPollMs /= records;
@@ -681,8 +686,9 @@ function buildReport(i: BuildInput): BenchReport {
       worker_memory_mb: i.memoryMb,
       poll: {
         first_poll_ms: { ...DEFAULT_TIMINGS.firstPollMs },
-        interval_ms: DEFAULT_TIMINGS.pollIntervalMs,
-        note: 'the client waits first_poll_ms after a submit, then interval_ms between polls (unscaled)',
+        interval_ms: { ...DEFAULT_TIMINGS.pollIntervalMs },
+        budget: DEFAULT_TIMINGS.pollBudget,
+        note: 'the client waits first_poll_ms after a submit, then interval_ms between polls (unscaled), at most budget polls per task (the last one at the deadline)',
       },
     },
     complete: i.runSummary.complete,

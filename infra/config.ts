@@ -1,5 +1,6 @@
 import { parseAllowlist } from '../functions/shared/allowlist.js';
-import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
+import { DEFAULT_TIMINGS, parsePerType } from '../functions/shared/captchaai/timings.js';
+import { CAPTCHA_TYPES, type CaptchaType } from '../functions/shared/captchaai/types.js';
 import { ConfigError } from '../functions/shared/errors.js';
 
 /**
@@ -32,11 +33,16 @@ export interface ThreadgateConfig {
   /** How long a record that hit the CaptchaAI deadline keeps its slot, in ms (real time, not scaled). @default 60000 */
   readonly cooldownMs: number;
   /**
-   * Wait between two res.php polls of one task, in ms (multiplied by timeScale). CaptchaAI asks
-   * for 5000; a shorter wait frees a thread sooner after its answer is ready at the cost of more
-   * res.php calls (see the benchmark's "poll granularity"). @default 5000
+   * Wait between two res.php polls of one task, in ms (multiplied by timeScale), per CAPTCHA type;
+   * one number sets every type (`-c pollIntervalMs=3000`, or `'{"turnstile":1500}'`). A shorter
+   * wait frees a thread sooner after its answer is ready at the cost of more res.php calls (see
+   * the benchmark's "poll granularity"). @default 3000 for reCAPTCHA, 2000 for Turnstile and image
    */
-  readonly pollIntervalMs: number;
+  readonly pollIntervalMs: Record<CaptchaType, number>;
+  /** Wait between the submit and the first res.php poll, in ms, per CAPTCHA type (like pollIntervalMs). @default 15000 for reCAPTCHA, 5000 for Turnstile and image */
+  readonly firstPollMs: Record<CaptchaType, number>;
+  /** Most res.php polls for one task; the last one is kept for the deadline (2..19). @default 17 */
+  readonly pollBudget: number;
   /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
@@ -74,6 +80,8 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'targetTimeoutMs',
   'cooldownMs',
   'pollIntervalMs',
+  'firstPollMs',
+  'pollBudget',
   'workerTimeoutSeconds',
   'maxReceiveCount',
   'transientReceiveLimit',
@@ -96,6 +104,8 @@ export const DEFAULTS = {
   targetTimeoutMs: 15_000,
   cooldownMs: 60_000,
   pollIntervalMs: DEFAULT_TIMINGS.pollIntervalMs,
+  firstPollMs: DEFAULT_TIMINGS.firstPollMs,
+  pollBudget: DEFAULT_TIMINGS.pollBudget,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,
@@ -194,10 +204,13 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     max: 120_000,
   });
   const cooldownMs = readInteger(input, 'cooldownMs', DEFAULTS.cooldownMs, { min: 0, max: 600_000 });
-  const pollIntervalMs = readInteger(input, 'pollIntervalMs', DEFAULTS.pollIntervalMs, {
+  const pollIntervalMs = readPerType(input, 'pollIntervalMs', DEFAULTS.pollIntervalMs, {
     min: 500,
     max: 60_000,
   });
+  const firstPollMs = readPerType(input, 'firstPollMs', DEFAULTS.firstPollMs, { min: 0, max: 120_000 });
+  // Above 19 a key risks the block 2captcha-compatible services apply at about 20 polls per task.
+  const pollBudget = readInteger(input, 'pollBudget', DEFAULTS.pollBudget, { min: 2, max: 19 });
 
   const neededSeconds = Math.ceil(worstCaseAttemptMs(targetTimeoutMs, cooldownMs, timeScale) / 1000);
   const workerTimeoutSeconds = readInteger(
@@ -283,6 +296,8 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     targetTimeoutMs,
     cooldownMs,
     pollIntervalMs,
+    firstPollMs,
+    pollBudget,
     workerTimeoutSeconds,
     maxReceiveCount,
     transientReceiveLimit,
@@ -359,6 +374,30 @@ function readBoolean(input: ThreadgateSettings, name: keyof ThreadgateConfig, fa
   if (text === 'true') return true;
   if (text === 'false') return false;
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
+}
+
+/** A number for every CAPTCHA type, or a JSON object (or object string) of numbers per type. */
+function readPerType(
+  input: ThreadgateSettings,
+  name: keyof ThreadgateConfig,
+  fallback: Record<CaptchaType, number>,
+  limits: { min: number; max: number },
+): Record<CaptchaType, number> {
+  const raw = input[name];
+  if (!present(raw)) return { ...fallback };
+  const text =
+    typeof raw === 'string' ? raw.trim() : typeof raw === 'object' ? JSON.stringify(raw) : String(raw);
+  const out = { ...fallback, ...parsePerType(name, text) };
+  for (const type of CAPTCHA_TYPES) {
+    const v = out[type];
+    if (!Number.isInteger(v) || v < limits.min || v > limits.max) {
+      throw new ConfigError(
+        name,
+        `${type} must be a whole number of ms within ${limits.min}..${limits.max}, got ${v}`,
+      );
+    }
+  }
+  return out;
 }
 
 function readList(input: ThreadgateSettings, name: keyof ThreadgateConfig): string[] {

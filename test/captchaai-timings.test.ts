@@ -1,16 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_TIMINGS,
+  pollWaitMs,
   readTimingsFromEnv,
   resolveTimings,
 } from '../functions/shared/captchaai/timings.js';
 import { ConfigError } from '../functions/shared/errors.js';
 
 describe('CaptchaAI timings', () => {
-  it("defaults to CaptchaAI's published waits", () => {
+  it("defaults to CaptchaAI's published first polls, shorter intervals and a budget well under 20 polls", () => {
     expect(DEFAULT_TIMINGS).toMatchObject({
       firstPollMs: { recaptcha_v2: 15_000, turnstile: 5_000 },
-      pollIntervalMs: 5_000,
+      pollIntervalMs: { recaptcha_v2: 3_000, turnstile: 2_000 },
+      pollBudget: 17,
       serverErrorWaitMs: 10_000,
       submitBackoffMs: 10_000,
       submitRetries: 2,
@@ -54,7 +56,39 @@ describe('CaptchaAI timings', () => {
     });
   });
 
+  it('reads the poll interval per type and the poll budget from the environment', () => {
+    const read = readTimingsFromEnv({
+      CAPTCHAAI_POLL_INTERVAL_MS: '{"turnstile":1500}',
+      CAPTCHAAI_POLL_BUDGET: '12',
+      CAPTCHAAI_RATE_LIMIT_BACKOFF_MS: '2000',
+    });
+    expect(read.timings).toEqual({
+      pollIntervalMs: { turnstile: 1_500 },
+      pollBudget: 12,
+      rateLimitBackoffMs: 2_000,
+    });
+    expect(resolveTimings(read.timings).pollIntervalMs).toEqual({
+      ...DEFAULT_TIMINGS.pollIntervalMs,
+      turnstile: 1_500,
+    });
+    expect(resolveTimings({ pollIntervalMs: 4_000 }).pollIntervalMs.image).toBe(4_000);
+  });
+
+  it('schedules the first poll, then the interval, and keeps the last poll of the budget for the deadline', () => {
+    const t = { pollBudget: 4, deadlineMs: 120_000, firstPollMs: 15_000, intervalMs: 3_000 };
+    expect(pollWaitMs(t, 0, 0)).toBe(15_000);
+    expect(pollWaitMs(t, 1, 15_000)).toBe(3_000);
+    expect(pollWaitMs(t, 2, 18_000)).toBe(3_000);
+    // The fourth and last call of the budget waits for the deadline.
+    expect(pollWaitMs(t, 3, 21_000)).toBe(99_000);
+    expect(pollWaitMs(t, 4, 120_000)).toBeUndefined();
+    // Never past the deadline.
+    expect(pollWaitMs(t, 1, 118_000)).toBe(2_000);
+  });
+
   it.each([
+    { env: { CAPTCHAAI_POLL_BUDGET: '0' }, name: 'CAPTCHAAI_POLL_BUDGET' },
+    { env: { CAPTCHAAI_POLL_INTERVAL_MS: '{"turnstile":"x"}' }, name: 'CAPTCHAAI_POLL_INTERVAL_MS' },
     { env: { CAPTCHAAI_DEADLINE_MS: 'soon' }, name: 'CAPTCHAAI_DEADLINE_MS' },
     { env: { CAPTCHAAI_SUBMIT_RETRIES: '1.5' }, name: 'CAPTCHAAI_SUBMIT_RETRIES' },
     { env: { CAPTCHAAI_TIME_SCALE: '0' }, name: 'CAPTCHAAI_TIME_SCALE' },

@@ -6,6 +6,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
 import { ConfigError } from '../functions/shared/errors.js';
 import { resolveConfig, type ThreadgateSettings, worstCaseAttemptMs } from '../infra/config.js';
 import { ThreadgateStack } from '../infra/threadgate-stack.js';
@@ -225,6 +226,8 @@ describe('ThreadgateStack with default settings', () => {
         'TARGET_TIMEOUT_MS',
         'COOLDOWN_MS',
         'CAPTCHAAI_POLL_INTERVAL_MS',
+        'CAPTCHAAI_FIRST_POLL_MS',
+        'CAPTCHAAI_POLL_BUDGET',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'NODE_OPTIONS',
@@ -236,7 +239,9 @@ describe('ThreadgateStack with default settings', () => {
       ALLOWED_HOSTS: HOSTS,
       TIME_SCALE: '1',
       TRANSIENT_RECEIVE_LIMIT: '3',
-      CAPTCHAAI_POLL_INTERVAL_MS: '5000',
+      CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(DEFAULT_TIMINGS.pollIntervalMs),
+      CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(DEFAULT_TIMINGS.firstPollMs),
+      CAPTCHAAI_POLL_BUDGET: '17',
       POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
       NODE_OPTIONS: '--enable-source-maps',
     });
@@ -621,8 +626,18 @@ describe('settings validation at synth time', () => {
     ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must exceed workerTimeoutSeconds/],
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
-    ['pollIntervalMs', { pollIntervalMs: 100 }, /^pollIntervalMs: must be >= 500/],
     ['outcomeStream', { outcomeStream: 'no' }, /^outcomeStream: must be true or false/],
+    [
+      'pollIntervalMs',
+      { pollIntervalMs: 100 },
+      /^pollIntervalMs: recaptcha_v2 must be .* within 500\.\.60000/,
+    ],
+    [
+      'pollIntervalMs',
+      { pollIntervalMs: '{"hcaptcha":1000}' },
+      /^pollIntervalMs: unknown CAPTCHA type "hcaptcha"/,
+    ],
+    ['pollBudget', { pollBudget: 25 }, /^pollBudget: must be <= 19/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>

@@ -43,7 +43,15 @@ describe('worker config', () => {
     });
     expect(config).toMatchObject({
       retryDelaySeconds: 7,
-      captchaTimings: { pollIntervalMs: 1000 },
+      captchaTimings: {
+        pollIntervalMs: {
+          recaptcha_v2: 1000,
+          recaptcha_v3: 1000,
+          recaptcha_enterprise: 1000,
+          turnstile: 1000,
+          image: 1000,
+        },
+      },
       leaseMs: 120_000,
       transientReceiveLimit: 4,
       targetTimeoutMs: 2000,

@@ -457,6 +457,7 @@ describe('worker against moto and the stand-ins', () => {
           token: 'stale-token',
           taskId: '1',
           submits: 1,
+          polls: 1,
           solveMs: 130_000,
           solvedAt: Date.now() - 130_000,
         }),

@@ -12,6 +12,7 @@
  *       ├── BadTaskError            the task itself is wrong: never resend it unchanged
  *       │   └── UnsolvableError     ERROR_CAPTCHA_UNSOLVABLE (after its one resubmission)
  *       └── TransientError          server errors, network errors, all threads busy
+ *           ├── RateLimitError      HTTP 429, ERROR_TOO_MUCH_REQUESTS: back off, ask the same id again
  *           └── PollTimeoutError    no answer by the client deadline: never resubmit at once
  */
 export class ThreadgateError extends Error {
@@ -70,6 +71,8 @@ export class CaptchaError extends ThreadgateError {
     this.taskId = options?.taskId;
     this.submits = options?.submits;
   }
+  /** res.php `get` calls the failed solve made (set by the CaptchaAI client like `submits`). */
+  polls: number | undefined;
   /** The CaptchaAI task id the error belongs to, when there was one. */
   readonly taskId: string | undefined;
   /**
@@ -93,6 +96,10 @@ export class UnsolvableError extends BadTaskError {
 
 export class TransientError extends CaptchaError {
   override name = 'TransientError';
+}
+
+export class RateLimitError extends TransientError {
+  override name = 'RateLimitError';
 }
 
 export class PollTimeoutError extends TransientError {

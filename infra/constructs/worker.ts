@@ -63,7 +63,9 @@ export class Worker extends Construct {
         TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
         TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
         COOLDOWN_MS: String(config.cooldownMs),
-        CAPTCHAAI_POLL_INTERVAL_MS: String(config.pollIntervalMs),
+        CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(config.pollIntervalMs),
+        CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(config.firstPollMs),
+        CAPTCHAAI_POLL_BUDGET: String(config.pollBudget),
         // The stack name as the service dimension keeps two stacks' metrics apart.
         POWERTOOLS_SERVICE_NAME: config.stackName,
         POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,

@@ -3,15 +3,17 @@ import {
   CaptchaError,
   ConfigError,
   PollTimeoutError,
+  RateLimitError,
   StopClassError,
   TransientError,
   UnsolvableError,
 } from '../errors.js';
-import { resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
+import { pollWaitMs, resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
 import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 
 export {
   DEFAULT_TIMINGS,
+  pollWaitMs,
   readTimingsFromEnv,
   resolveTimings,
   type SolveTimings,
@@ -60,6 +62,10 @@ const SERVER_ERROR_CODES = new Set(['ERROR_SERVER_ERROR', 'ERROR_INTERNAL_SERVER
 const UNSOLVABLE_CODE = 'ERROR_CAPTCHA_UNSOLVABLE';
 /** CaptchaAI's spelling has no T; accept the corrected one too. */
 const NOT_READY_CODES = new Set(['CAPCHA_NOT_READY', 'CAPTCHA_NOT_READY']);
+/** "Slow down": CaptchaAI's ERROR_TOO_MUCH_REQUESTS, 2captcha's MAX_USER_TURN (too many in.php calls at once). */
+const RATE_LIMIT_CODES = new Set(['ERROR_TOO_MUCH_REQUESTS', 'MAX_USER_TURN']);
+/** The rate-limit back-off doubles per answer in a row, up to this many times its first wait. */
+const RATE_LIMIT_BACKOFF_MAX_FACTOR = 8;
 
 const STOP_REASONS: Record<string, string> = {
   ERROR_WRONG_USER_KEY: 'the API key is malformed',
@@ -86,6 +92,22 @@ interface SolveState {
   /** A no-slot answer with idle threads was already re-checked once (see classifyNoSlot). */
   idleRechecked: boolean;
   taskId: string | undefined;
+  /** res.php `get` calls for the current task (the budget is per task). */
+  polls: number;
+  /** res.php `get` calls over every task of this solve. */
+  pollsTotal: number;
+  /** Rate-limit answers in a row (the back-off doubles with each). */
+  rateLimitsInARow: number;
+  readonly onSubmitted: ((taskId: string) => void) | undefined;
+}
+
+export interface SolveOptions {
+  signal?: AbortSignal;
+  /**
+   * Called when in.php accepted a task (again after an UNSOLVABLE resubmission), so the caller can
+   * work while CaptchaAI solves, e.g. load the page. Exceptions it throws are ignored.
+   */
+  onSubmitted?: (taskId: string) => void;
 }
 
 /**
@@ -94,7 +116,10 @@ interface SolveState {
  * - transient errors at submit: `submitRetries` more tries with doubling back-off;
  * - ERROR_CAPTCHA_UNSOLVABLE: exactly one fresh resubmission;
  * - transient errors while polling: ask about the same id again after `serverErrorWaitMs`;
- * - no answer by the deadline: PollTimeoutError, never a replacement task.
+ * - rate limits (HTTP 429, ERROR_TOO_MUCH_REQUESTS) at submit or poll: back off and ask again (the
+ *   same id at poll), and for a while every task of this client polls at twice its interval;
+ * - no answer by the deadline, or the task's res.php budget spent: PollTimeoutError, never a
+ *   replacement task.
  * The instance holds only configuration, so one client can run any number of solves at once.
  */
 export class CaptchaAiClient {
@@ -106,6 +131,8 @@ export class CaptchaAiClient {
   readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly #now: () => number;
   readonly #onEvent: ((e: ClientEvent) => void) | undefined;
+  /** Epoch ms until which polls run at twice their interval (after a rate-limit answer). */
+  #slowUntil = 0;
 
   constructor(o: CaptchaAiClientOptions) {
     if (typeof o.apiKey !== 'string' || o.apiKey.trim() === '') {
@@ -121,6 +148,9 @@ export class CaptchaAiClient {
         'timings.submitRetries',
         `must be a non-negative integer, got ${timings.submitRetries}`,
       );
+    }
+    if (!Number.isInteger(timings.pollBudget) || timings.pollBudget < 1) {
+      throw new ConfigError('timings.pollBudget', `must be an integer >= 1, got ${timings.pollBudget}`);
     }
     this.#apiKey = o.apiKey.trim();
     this.#baseUrl = (o.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, '');
@@ -145,7 +175,7 @@ export class CaptchaAiClient {
    * Solves one task. Resolves with the token, or rejects with a CaptchaError subclass whose
    * `submits` says how many in.php calls were made; an aborted signal rejects with its reason.
    */
-  async solve(task: CaptchaTask, o: { signal?: AbortSignal } = {}): Promise<SolveResult> {
+  async solve(task: CaptchaTask, o: SolveOptions = {}): Promise<SolveResult> {
     const started = this.#now();
     const state: SolveState = {
       captchaType: task.type,
@@ -155,6 +185,10 @@ export class CaptchaAiClient {
       resubmitted: false,
       idleRechecked: false,
       taskId: undefined,
+      polls: 0,
+      pollsTotal: 0,
+      rateLimitsInARow: 0,
+      onSubmitted: o.onSubmitted,
     };
     try {
       o.signal?.throwIfAborted();
@@ -165,8 +199,16 @@ export class CaptchaAiClient {
           const token = await this.#poll(taskId, state);
           const solvedAt = this.#now();
           const solveMs = solvedAt - started;
-          this.#emit({ kind: 'solved', captchaType: task.type, taskId, submits: state.submits, solveMs });
-          return { token, taskId, submits: state.submits, solveMs, solvedAt };
+          const polls = state.pollsTotal;
+          this.#emit({
+            kind: 'solved',
+            captchaType: task.type,
+            taskId,
+            submits: state.submits,
+            polls,
+            solveMs,
+          });
+          return { token, taskId, submits: state.submits, polls, solveMs, solvedAt };
         } catch (err) {
           if (err instanceof UnsolvableError && !state.resubmitted) {
             // One fresh task: a different worker at CaptchaAI may solve what this one could not.
@@ -185,6 +227,7 @@ export class CaptchaAiClient {
     } catch (err) {
       if (err instanceof CaptchaError) {
         err.submits = state.submits;
+        err.polls = state.pollsTotal;
         this.#emit({
           kind: 'failed',
           captchaType: task.type,
@@ -234,12 +277,18 @@ export class CaptchaAiClient {
         const answer = parseAnswer(await this.#request('in.php', params, state.signal), 'in.php');
         if (answer.ok) {
           state.taskId = answer.value;
+          state.rateLimitsInARow = 0;
           this.#emit({
             kind: 'submitted',
             captchaType: state.captchaType,
             taskId: answer.value,
             submit: state.submits,
           });
+          try {
+            state.onSubmitted?.(answer.value);
+          } catch {
+            // The caller's side work must never break the solve.
+          }
           return answer.value;
         }
         if (NO_SLOT_CODES.has(answer.code)) {
@@ -256,7 +305,10 @@ export class CaptchaAiClient {
       if (!(failure instanceof TransientError) || state.retriesUsed >= this.#timings.submitRetries) {
         throw failure;
       }
-      const delayMs = this.#scaled(this.#timings.submitBackoffMs * 2 ** state.retriesUsed);
+      const delayMs =
+        failure instanceof RateLimitError
+          ? this.#rateLimited('in.php', failure, state)
+          : this.#scaled(this.#timings.submitBackoffMs * 2 ** state.retriesUsed);
       state.retriesUsed += 1;
       this.#emit({
         kind: 'retry',
@@ -308,29 +360,54 @@ export class CaptchaAiClient {
     );
   }
 
-  /** Polls one task until its answer, a final error, or the deadline. */
+  /**
+   * Polls one task until its answer, a final error, the deadline, or the end of its res.php
+   * budget. The schedule is {@link pollWaitMs}'s; after a server error the next call waits at
+   * least `serverErrorWaitMs`, after a rate limit the rate-limit back-off.
+   */
   async #poll(taskId: string, state: SolveState): Promise<string> {
-    const deadline = this.#now() + this.#scaled(this.#timings.deadlineMs);
-    let waitMs = this.#scaled(this.#timings.firstPollMs[state.captchaType]);
+    const submittedAt = this.#now();
+    const deadlineMs = this.#scaled(this.#timings.deadlineMs);
+    const type = state.captchaType;
+    state.polls = 0;
+    let minWaitMs = 0;
     for (;;) {
-      const remaining = deadline - this.#now();
-      if (remaining <= 0) {
+      const since = this.#now() - submittedAt;
+      const scheduled = pollWaitMs(
+        {
+          pollBudget: this.#timings.pollBudget,
+          deadlineMs,
+          firstPollMs: this.#scaled(this.#timings.firstPollMs[type]),
+          intervalMs:
+            this.#scaled(this.#timings.pollIntervalMs[type]) * (this.#now() < this.#slowUntil ? 2 : 1),
+        },
+        state.polls,
+        since,
+      );
+      if (scheduled === undefined || since >= deadlineMs) {
+        const why =
+          scheduled === undefined
+            ? `after ${state.polls} res.php calls (the budget per task)`
+            : `within ${deadlineMs} ms`;
         throw new PollTimeoutError(
           'POLL_TIMEOUT',
-          `no answer for task ${taskId} within ${this.#scaled(this.#timings.deadlineMs)} ms; the task may still hold a CaptchaAI thread`,
+          `no answer for task ${taskId} ${why}; the task may still hold a CaptchaAI thread`,
           { taskId },
         );
       }
-      await this.#sleep(Math.min(waitMs, remaining), state.signal);
-      this.#emit({ kind: 'poll', captchaType: state.captchaType, taskId });
+      await this.#sleep(Math.min(Math.max(scheduled, minWaitMs), deadlineMs - since), state.signal);
+      minWaitMs = 0;
+      state.polls += 1;
+      state.pollsTotal += 1;
+      this.#emit({ kind: 'poll', captchaType: type, taskId });
       let failure: CaptchaError;
       try {
         const reply = await this.#request('res.php', { action: 'get', id: taskId, json: '1' }, state.signal);
         const answer = parseAnswer(reply, 'res.php');
         if (answer.ok) return answer.value;
+        state.rateLimitsInARow = 0;
         if (NOT_READY_CODES.has(answer.code)) {
-          this.#emit({ kind: 'not_ready', captchaType: state.captchaType, taskId });
-          waitMs = this.#scaled(this.#timings.pollIntervalMs);
+          this.#emit({ kind: 'not_ready', captchaType: type, taskId });
           continue;
         }
         // "No free thread" cannot concern a task that already exists: ask again like a server error.
@@ -342,15 +419,43 @@ export class CaptchaAiClient {
         failure = err;
       }
       if (!(failure instanceof TransientError)) throw failure;
-      waitMs = this.#scaled(this.#timings.serverErrorWaitMs);
+      if (failure instanceof RateLimitError) {
+        minWaitMs = this.#rateLimited('res.php', failure, state);
+        continue;
+      }
+      minWaitMs = this.#scaled(this.#timings.serverErrorWaitMs);
       this.#emit({
         kind: 'poll_error',
-        captchaType: state.captchaType,
+        captchaType: type,
         taskId,
         code: failure.code,
-        delayMs: waitMs,
+        delayMs: minWaitMs,
       });
     }
+  }
+
+  /**
+   * A rate-limit answer: every task of this client polls at twice its interval for
+   * `rateLimitSlowdownMs`, and the caller waits the returned back-off (doubling per answer in a
+   * row) before asking again.
+   */
+  #rateLimited(endpoint: 'in.php' | 'res.php', err: RateLimitError, state: SolveState): number {
+    state.rateLimitsInARow += 1;
+    const factor = Math.min(RATE_LIMIT_BACKOFF_MAX_FACTOR, 2 ** (state.rateLimitsInARow - 1));
+    const delayMs = this.#scaled(this.#timings.rateLimitBackoffMs * factor);
+    this.#slowUntil = Math.max(
+      this.#slowUntil,
+      this.#now() + this.#scaled(this.#timings.rateLimitSlowdownMs),
+    );
+    this.#emit({
+      kind: 'rate_limited',
+      captchaType: state.captchaType,
+      endpoint,
+      code: err.code,
+      delayMs,
+      ...(state.taskId === undefined || endpoint === 'in.php' ? {} : { taskId: state.taskId }),
+    });
+    return delayMs;
   }
 
   /**
@@ -475,6 +580,8 @@ export function classify(code: string, taskId: string | undefined): CaptchaError
     );
   }
   if (SERVER_ERROR_CODES.has(code)) return new TransientError(code, `CaptchaAI answered ${code}`, o);
+  if (RATE_LIMIT_CODES.has(code))
+    return new RateLimitError(code, `CaptchaAI answered ${code}: too many requests`, o);
   if (code === UNSOLVABLE_CODE) {
     return new UnsolvableError(code, `CaptchaAI could not solve task ${taskId ?? '(none)'} (${code})`, o);
   }
@@ -482,10 +589,19 @@ export function classify(code: string, taskId: string | undefined): CaptchaError
   return new BadTaskError(code, `CaptchaAI rejected the task: ${code}`, o);
 }
 
-/** HTML pages and 5xx answers are CaptchaAI's (or its proxy's) trouble, never the task's. */
+/**
+ * HTML pages and 5xx answers are CaptchaAI's (or its proxy's) trouble, never the task's; HTTP 429
+ * (or an HTML "429 Too Many Requests" page) is a rate limit, whatever the body says.
+ */
 function rejectServerFailure(reply: HttpReply, what: string): void {
   const body = reply.text.trimStart();
   const html = body.startsWith('<');
+  if (reply.status === 429 || (html && /<title>[^<]*\b429\b/i.test(body))) {
+    throw new RateLimitError(
+      'HTTP_429',
+      `CaptchaAI answered ${what} with HTTP ${reply.status}: too many requests`,
+    );
+  }
   if (reply.status >= 500 || html) {
     throw new TransientError(
       reply.status >= 500 ? `HTTP_${reply.status}` : 'HTML_RESPONSE',

@@ -31,6 +31,8 @@ export interface SolveResult {
   taskId: string;
   /** `in.php` calls made for this solve, including failed ones and the UNSOLVABLE resubmission. */
   submits: number;
+  /** `res.php` `get` calls made for this solve (every task of it). */
+  polls: number;
   /** From the start of `solve()` to the answer. */
   solveMs: number;
   /** Epoch ms (from the client's clock) when the answer arrived; the token's lifetime starts here. */
@@ -66,7 +68,23 @@ export type ClientEvent =
   | { kind: 'poll_error'; captchaType: CaptchaType; taskId: string; code: string; delayMs: number }
   /** A threadsinfo call made to classify ERROR_ZERO_BALANCE / ERROR_NO_SLOT_AVAILABLE. */
   | { kind: 'threadsinfo'; threads: number; workingThreads: number }
-  | { kind: 'solved'; captchaType: CaptchaType; taskId: string; submits: number; solveMs: number }
+  /** A rate-limit answer (HTTP 429, ERROR_TOO_MUCH_REQUESTS); the client asks again after `delayMs`. */
+  | {
+      kind: 'rate_limited';
+      captchaType: CaptchaType;
+      endpoint: 'in.php' | 'res.php';
+      code: string;
+      delayMs: number;
+      taskId?: string;
+    }
+  | {
+      kind: 'solved';
+      captchaType: CaptchaType;
+      taskId: string;
+      submits: number;
+      polls: number;
+      solveMs: number;
+    }
   | {
       kind: 'failed';
       captchaType: CaptchaType;
