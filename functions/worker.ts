@@ -1,5 +1,5 @@
 import { Logger } from '@aws-lambda-powertools/logger';
-import { Metrics } from '@aws-lambda-powertools/metrics';
+import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
@@ -44,9 +44,27 @@ export function createWorkerDeps(
   const sqs = clients.sqs ?? new SQSClient({});
   const secrets = clients.secrets ?? new SecretsManagerClient({});
   const resolver = overrides.resolver ?? systemResolver;
+  const metrics =
+    overrides.metrics ??
+    new Metrics({
+      namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? 'threadgate',
+      serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker',
+    });
   const captchaai = new RotatingCaptchaAiClient(
     new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now }),
-    { baseUrl: config.captchaAiUrl, timeScale: config.timeScale, timings: config.captchaTimings, now },
+    {
+      baseUrl: config.captchaAiUrl,
+      timeScale: config.timeScale,
+      timings: config.captchaTimings,
+      now,
+      onEvent: (e) => {
+        if (e.kind !== 'rate_limited') return;
+        // A rate limit is answered by backing off; the metric shows how often the key was told to slow down.
+        const single = metrics.singleMetric();
+        single.addDimension('endpoint', e.endpoint);
+        single.addMetric('RateLimited', MetricUnit.Count, 1);
+      },
+    },
   );
   const control = new PipelineControl({
     lambda: clients.lambda ?? new LambdaClient({}),
@@ -75,10 +93,7 @@ export function createWorkerDeps(
     now,
     sleep: abortableSleep,
     logger: new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker' }),
-    metrics: new Metrics({
-      namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? 'threadgate',
-      serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker',
-    }),
+    metrics,
     ...overrides,
   };
 }

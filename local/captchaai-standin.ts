@@ -37,6 +37,10 @@ export interface FaultRates {
   neverFinish: number;
   /** in.php / res.php get answer `IP_BANNED` as plain text. */
   ipBanned: number;
+  /** in.php / res.php get answer HTTP 429 with an HTML page (a proxy's rate limit). */
+  http429: number;
+  /** in.php / res.php get answer `ERROR_TOO_MUCH_REQUESTS` (JSON with json=1, else plain text). */
+  tooManyRequests: number;
 }
 
 export interface StandinOptions {
@@ -97,6 +101,8 @@ export interface StandinStats {
   errors: Record<string, number>;
   zeroBalance: number;
   solved: number;
+  /** Thread-milliseconds held by tasks since start or reset (the plan's busy thread-time). */
+  busyThreadMs: number;
   keyRevoked: boolean;
   planActive: boolean;
   /**
@@ -149,7 +155,12 @@ const NO_FAULTS: FaultRates = {
   drop: 0,
   neverFinish: 0,
   ipBanned: 0,
+  http429: 0,
+  tooManyRequests: 0,
 };
+
+const HTML_429 =
+  '<html>\r\n<head><title>429 Too Many Requests</title></head>\r\n<body>\r\n<center><h1>429 Too Many Requests</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
 
 const HTML_502 =
   '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
@@ -202,9 +213,19 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   let nextTaskId = 70_000_000_000 + randomInt(1_000_000_000);
   let idCount = 0;
   let inFlight = 0;
+  /** Busy thread-time: `busy.ms` up to `busy.at`, plus inFlight × the time since. */
+  const busy = { ms: 0, at: Date.now() };
+  function busyNow(): number {
+    const now = Date.now();
+    busy.ms += inFlight * (now - busy.at);
+    busy.at = now;
+    return busy.ms;
+  }
   let counters = freshCounters();
 
   function freshCounters() {
+    busyNow();
+    busy.ms = 0;
     return {
       maxInFlight: inFlight,
       submits: 0,
@@ -230,6 +251,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   function release(task: Task): void {
     if (!task.holdsThread) return;
     task.holdsThread = false;
+    busyNow();
     inFlight -= 1;
   }
 
@@ -267,7 +289,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   }
 
   /** Infrastructure faults shared by in.php and res.php get. Returns true when it answered. */
-  async function infraFaults(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+  async function infraFaults(req: IncomingMessage, res: ServerResponse, p: Params): Promise<boolean> {
     if (hit(faults.drop)) {
       countError('DROPPED');
       req.socket.destroy();
@@ -285,6 +307,15 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     if (hit(faults.ipBanned)) {
       countError('IP_BANNED');
       send(res, 200, 'IP_BANNED', 'text/plain');
+      return true;
+    }
+    if (hit(faults.http429)) {
+      countError('HTTP_429');
+      send(res, 429, HTML_429, 'text/html');
+      return true;
+    }
+    if (hit(faults.tooManyRequests)) {
+      answer(res, p, false, 'ERROR_TOO_MUCH_REQUESTS');
       return true;
     }
     if (hit(faults.plainTextError)) {
@@ -332,7 +363,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     if ('type' in parsed)
       counters.submitsByType[parsed.type] = (counters.submitsByType[parsed.type] ?? 0) + 1;
     if (await injectedReply('in.php', req, res)) return;
-    if (await infraFaults(req, res)) return;
+    if (await infraFaults(req, res, p)) return;
     const badKey = keyError(p);
     if (badKey) return answer(res, p, false, badKey);
     if ('error' in parsed) return answer(res, p, false, parsed.error);
@@ -348,6 +379,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
       holdsThread: true,
     };
     tasks.set(id, task);
+    busyNow();
     inFlight += 1;
     counters.maxInFlight = Math.max(counters.maxInFlight, inFlight);
     if (hit(faults.neverFinish)) {
@@ -383,7 +415,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     if (action !== 'get') return answer(res, p, false, 'ERROR_BAD_PARAMETERS');
     counters.polls += 1;
     if (await injectedReply('res.php', req, res)) return;
-    if (await infraFaults(req, res)) return;
+    if (await infraFaults(req, res, p)) return;
     const badKey = keyError(p);
     if (badKey) return answer(res, p, false, badKey);
     const task = tasks.get(p.get('id') ?? '');
@@ -551,6 +583,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
         errors: { ...counters.errors },
         zeroBalance: counters.zeroBalance,
         solved: counters.solved,
+        busyThreadMs: busyNow(),
         keyRevoked,
         planActive,
         requestsByKey: { ...counters.requestsByKey },

@@ -513,6 +513,142 @@ describe('CaptchaAiClient: transient errors while polling', () => {
   });
 });
 
+const HTML_429 = '<html><head><title>429 Too Many Requests</title></head><body>slow down</body></html>';
+
+describe('CaptchaAiClient: rate limits (HTTP 429, ERROR_TOO_MUCH_REQUESTS)', () => {
+  it.each([
+    {
+      what: 'HTTP 429 with an HTML page',
+      reply: { status: 429, body: HTML_429, contentType: 'text/html' },
+      code: 'HTTP_429',
+    },
+    {
+      what: 'HTTP 429 with a plain body',
+      reply: { status: 429, body: 'Too Many Requests' },
+      code: 'HTTP_429',
+    },
+    {
+      what: 'JSON ERROR_TOO_MUCH_REQUESTS',
+      reply: { body: '{"status":0,"request":"ERROR_TOO_MUCH_REQUESTS"}', contentType: 'application/json' },
+      code: 'ERROR_TOO_MUCH_REQUESTS',
+    },
+    {
+      what: 'plain-text ERROR_TOO_MUCH_REQUESTS',
+      reply: { body: 'ERROR_TOO_MUCH_REQUESTS' },
+      code: 'ERROR_TOO_MUCH_REQUESTS',
+    },
+  ])('$what at submit backs off and submits again: one task, solved', async ({ reply, code }) => {
+    // Prepare
+    const s = await standin();
+    s.inject('in.php', [reply]);
+    const { c, events } = client(s);
+
+    // Act
+    const result = await c.solve(V2);
+
+    // Assess: two in.php calls, the first created no task, so the plan saw one task
+    expect(result.submits).toBe(2);
+    expect(kinds(events, 'rate_limited')).toMatchObject([{ endpoint: 'in.php', code, delayMs: 50 }]);
+    expect(s.stats()).toMatchObject({ submits: 2, solved: 1, maxInFlight: 1 });
+  });
+
+  it.each([
+    {
+      what: 'HTTP 429 with an HTML page',
+      reply: { status: 429, body: HTML_429, contentType: 'text/html' },
+      code: 'HTTP_429',
+    },
+    {
+      what: 'JSON ERROR_TOO_MUCH_REQUESTS',
+      reply: { body: '{"status":0,"request":"ERROR_TOO_MUCH_REQUESTS"}', contentType: 'application/json' },
+      code: 'ERROR_TOO_MUCH_REQUESTS',
+    },
+  ])(
+    '$what at poll re-asks the same id after a doubling back-off and never submits again',
+    async ({ reply, code }) => {
+      // Prepare
+      const s = await standin();
+      s.inject('res.php', [reply, reply]);
+      const { c, events } = client(s);
+
+      // Act
+      const result = await c.solve(V2);
+
+      // Assess
+      expect(result.submits).toBe(1);
+      expect(s.stats().submits).toBe(1);
+      expect(kinds(events, 'rate_limited')).toMatchObject([
+        { endpoint: 'res.php', code, taskId: result.taskId, delayMs: 50 },
+        { endpoint: 'res.php', code, taskId: result.taskId, delayMs: 100 },
+      ]);
+      const polled = new Set(kinds(events, 'poll').map((e) => (e as { taskId: string }).taskId));
+      expect(polled).toEqual(new Set([result.taskId]));
+      expect(result.polls).toBe(kinds(events, 'poll').length);
+    },
+  );
+
+  it('rate limits from the stand-in fault rates never create a second task for a solve', async () => {
+    // Prepare: a third of all in.php and res.php answers are rate limits of either kind
+    const s = await standin({ threads: 8, faults: { tooManyRequests: 0.2, http429: 0.15 } });
+    const { c, events } = client(s, { timings: { ...TIMINGS, submitRetries: 6 } });
+
+    // Act
+    const results = await Promise.all(Array.from({ length: 8 }, () => c.solve(V2)));
+
+    // Assess
+    const stats = s.stats();
+    expect(stats.solved).toBe(8);
+    expect(kinds(events, 'rate_limited').length).toBeGreaterThan(0);
+    expect(stats.errors.ERROR_TOO_MUCH_REQUESTS ?? 0).toBeGreaterThan(0);
+    expect(stats.errors.HTTP_429 ?? 0).toBeGreaterThan(0);
+    // Every extra in.php call was a rate-limited one: it made no task.
+    expect(results.reduce((n, r) => n + r.submits, 0)).toBe(stats.submits);
+    expect(kinds(events, 'submitted')).toHaveLength(8);
+  });
+
+  it('a task rate-limited at every poll ends with PollTimeoutError when its res.php budget is spent, after one submit', async () => {
+    // Prepare
+    const s = await standin({ faults: { neverFinish: 1 } });
+    const limited = { body: 'ERROR_TOO_MUCH_REQUESTS' };
+    s.inject('res.php', [limited, limited, limited, limited]);
+    const { c } = client(s, { timings: { ...TIMINGS, pollBudget: 4, deadlineMs: 50_000 } });
+
+    // Act
+    const err = await failure(c.solve(V2));
+
+    // Assess
+    expect(err).toBeInstanceOf(PollTimeoutError);
+    expect(s.stats()).toMatchObject({ submits: 1, polls: 4 });
+    expect(s.stats().errors.ERROR_TOO_MUCH_REQUESTS).toBe(4);
+  });
+});
+
+describe('CaptchaAiClient: the poll budget', () => {
+  it('a task that never finishes gets exactly pollBudget res.php calls, the last at the deadline, then PollTimeoutError', async () => {
+    // Prepare
+    const s = await standin({ faults: { neverFinish: 1 } });
+    const { c, events } = client(s, { timings: { ...TIMINGS, pollBudget: 5, deadlineMs: 100_000 } });
+
+    // Act
+    const err = await failure(c.solve(V2));
+
+    // Assess
+    expect(err).toBeInstanceOf(PollTimeoutError);
+    expect((err as PollTimeoutError).polls).toBe(5);
+    expect(s.stats()).toMatchObject({ submits: 1, polls: 5 });
+    expect(kinds(events, 'poll')).toHaveLength(5);
+  });
+
+  it('reports the res.php calls of a solve and the plan busy thread-time', async () => {
+    const s = await standin();
+    const { c, events } = client(s);
+    const result = await c.solve(V2);
+    expect(result.polls).toBe(s.stats().polls);
+    expect(result.polls).toBe(kinds(events, 'poll').length);
+    expect(s.stats().busyThreadMs).toBeGreaterThan(0);
+  });
+});
+
 describe('CaptchaAiClient: cancellation and secrecy', () => {
   it('an abort while polling rejects with the signal reason and submits nothing more', async () => {
     // Prepare

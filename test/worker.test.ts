@@ -8,7 +8,7 @@ import { processBatch } from '../functions/worker/batch-loop.js';
 import type { ProcessOptions, WorkerDeps } from '../functions/worker/types.js';
 import { createWorkerDeps } from '../functions/worker.js';
 import { readWorkerConfig } from '../functions/worker-config.js';
-import type { CaptchaStandin } from '../local/captchaai-standin.js';
+import { type CaptchaStandin, startCaptchaStandin } from '../local/captchaai-standin.js';
 import type { MotoServer } from '../local/moto.js';
 import { startTargetStandin, type TargetStandin } from '../local/target-standin.js';
 import {
@@ -294,10 +294,11 @@ describe('worker against moto and the stand-ins', () => {
     } finally {
       captcha.setKeyRevoked(false);
     }
-    // Assess: one in.php call, one page load; the rest of the batch was not worked on.
+    // Assess: one in.php call and no page load (the submit comes first and failed); the rest
+    // of the batch was not worked on.
     const firstKey = JSON.parse(batch[0]!.Body!).record_key as string;
     expect(captcha.stats().submits - submitsBefore).toBe(1);
-    expect(target.stats().pageLoads - pageLoadsBefore).toBe(1);
+    expect(target.stats().pageLoads - pageLoadsBefore).toBe(0);
     expect(out.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(
       batch.slice(1).map((m) => m.MessageId),
     );
@@ -437,14 +438,72 @@ describe('worker against moto and the stand-ins', () => {
     });
   });
 
-  it('fails a record with TARGET_TIMEOUT before any solve when the page is too slow', async () => {
+  it('fails a record with TARGET_TIMEOUT when the page is too slow, after its task was answered', async () => {
     const s = await setup({ TARGET_TIMEOUT_MS: '300' });
     const key = newKey('slow');
     const url = `${target.url}/slow-page/3000/form/${key}`;
+    const solvedBefore = captcha.stats().solved;
     await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { pageurl: url, submit_url: url })]);
     await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
-    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'TARGET_TIMEOUT', attempts: 0 });
-    expect(captcha.stats().submitsByPageurl[url]).toBeUndefined();
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'TARGET_TIMEOUT', attempts: 1 });
+    // The task was submitted first (the page loads while CaptchaAI works) and was waited for.
+    expect(captcha.stats().submitsByPageurl[url]).toBe(1);
+    expect(captcha.stats().solved).toBeGreaterThan(solvedBefore);
+  });
+
+  it('keeps the slot until the task is answered when the page load fails after the submit: in flight never exceeds the cap', async () => {
+    // Prepare: a plan of exactly CAP threads, solves that outlast a failing page load many
+    // times over, and CAP slots that each work records one after another. A slot that let go
+    // as soon as its page failed would submit its next task while the last one still held a
+    // thread: more than CAP in flight, and ERROR_ZERO_BALANCE from the stand-in.
+    const CAP = 3;
+    const RECORDS = 12;
+    const plan = await startCaptchaStandin({
+      threads: CAP,
+      apiKey: TEST_API_KEY,
+      timeScale: TEST_TIME_SCALE,
+      latency: { recaptcha_v2: { minMs: 3_000, maxMs: 6_000 } },
+    });
+    try {
+      const s = await setup({
+        CAPTCHAAI_URL: plan.url,
+        CAPTCHAAI_FIRST_POLL_MS: '1000',
+        CAPTCHAAI_POLL_INTERVAL_MS: '1000',
+      });
+      const keys = Array.from({ length: RECORDS }, () => newKey('pagefail'));
+      const urlOf = (key: string) => `${target.url}/fail-page/500/form/${key}`;
+      await sendJobs(
+        clients.sqs,
+        s.res.queueUrl,
+        keys.map((key) => flatJob(key, { pageurl: urlOf(key), submit_url: urlOf(key) })),
+      );
+      const messages = await receiveAll(clients.sqs, s.res.queueUrl, RECORDS);
+      expect(messages).toHaveLength(RECORDS);
+
+      // Act
+      await Promise.all(
+        Array.from({ length: CAP }, async () => {
+          const deps = s.instance();
+          for (let m = messages.shift(); m; m = messages.shift()) await deliver(s, deps, [m]);
+        }),
+      );
+
+      // Assess
+      const stats = plan.stats();
+      expect(stats.submits).toBe(RECORDS);
+      expect(stats.zeroBalance).toBe(0);
+      expect(stats.maxInFlight).toBeLessThanOrEqual(CAP);
+      expect(stats.solved).toBe(RECORDS);
+      for (const key of keys) {
+        expect(await s.store.get(key)).toMatchObject({
+          status: 'failed',
+          reason: 'PAGE_HTTP_500',
+          attempts: 1,
+        });
+      }
+    } finally {
+      await plan.close();
+    }
   });
 
   it('fails with TOKEN_EXPIRED instead of posting a token older than its lifetime', async () => {
@@ -559,6 +618,7 @@ describe('worker against moto and the stand-ins', () => {
     expect([...metricNames].sort()).toEqual([
       'ClaimConflicts',
       'Outcomes',
+      'ResPhpCalls',
       'SolveTime',
       'Solves',
       'StopEvents',

@@ -3,6 +3,7 @@ import type { Metrics } from '@aws-lambda-powertools/metrics';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Dispatcher } from 'undici';
 import type { Resolver } from '../shared/allowlist.js';
+import type { SolveOptions } from '../shared/captchaai/client.js';
 import type { CaptchaTask, SolveResult } from '../shared/captchaai/types.js';
 import type { OutcomeStatus, OutcomesStore } from '../shared/outcomes-store.js';
 import type { PipelineControl } from '../shared/pipeline-control.js';
@@ -10,7 +11,8 @@ import type { WorkerConfig } from '../worker-config.js';
 
 /** What the worker needs from a CaptchaAI client. */
 export interface Solver {
-  solve(task: CaptchaTask, options?: { signal?: AbortSignal }): Promise<SolveResult>;
+  /** `onSubmitted` lets the record flow load the page while CaptchaAI works. */
+  solve(task: CaptchaTask, options?: SolveOptions): Promise<SolveResult>;
 }
 
 /** Everything the record flow and the batch loop use; functions/worker.ts builds the real ones. */

@@ -405,8 +405,8 @@ export class CaptchaAiClient {
         const reply = await this.#request('res.php', { action: 'get', id: taskId, json: '1' }, state.signal);
         const answer = parseAnswer(reply, 'res.php');
         if (answer.ok) return answer.value;
-        state.rateLimitsInARow = 0;
         if (NOT_READY_CODES.has(answer.code)) {
+          state.rateLimitsInARow = 0;
           this.#emit({ kind: 'not_ready', captchaType: type, taskId });
           continue;
         }

@@ -1,7 +1,7 @@
 import { CaptchaError, type StopClassError } from '../errors.js';
 import type { PipelineState } from '../pipeline-control.js';
 import { type ApiKeySource, withFreshKeyOnStop } from '../secret.js';
-import { CaptchaAiClient, type CaptchaAiClientOptions } from './client.js';
+import { CaptchaAiClient, type CaptchaAiClientOptions, type SolveOptions } from './client.js';
 import type { CaptchaTask, SolveResult, ThreadsInfo } from './types.js';
 
 /**
@@ -38,7 +38,7 @@ export class RotatingCaptchaAiClient {
     this.#keys.forget();
   }
 
-  async solve(task: CaptchaTask, o: { signal?: AbortSignal } = {}): Promise<SolveResult> {
+  async solve(task: CaptchaTask, o: SolveOptions = {}): Promise<SolveResult> {
     // A record's attempts count every in.php call, the old key's included.
     let calls = 0;
     let firstSubmits = 0;
