@@ -15,6 +15,11 @@ import { checkLocalStack, type LocalStackHealth } from './localstack-health.js';
  * already uses path-style S3 addressing for a loopback endpoint (aws-cdk's `forceS3PathStyle`),
  * which LocalStack's S3 serves on localhost:4566. LocalStack accepts stack updates, so a second
  * run redeploys in place (a no-op when nothing changed).
+ *
+ * Inside the containers the functions' AWS SDK clients reach LocalStack without any setting of
+ * ours: LocalStack puts AWS_ENDPOINT_URL into every function's environment unless
+ * LAMBDA_DISABLE_AWS_ENDPOINT_URL is set (services/lambda_/invocation/execution_environment.py
+ * at v4.14.0), and the SDK for JavaScript v3 reads it.
  */
 
 /** The host name Lambda containers use for the Docker host (compose: LAMBDA_DOCKER_FLAGS --add-host). */

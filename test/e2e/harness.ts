@@ -17,9 +17,10 @@ import {
 
 /**
  * Shared pieces of the end-to-end suites: one deployed stack per test file (moto + the real
- * CDK app + the local runtime + both stand-ins), or, with THREADGATE_E2E_TARGET=localstack, a
- * stack already deployed to LocalStack (see docs/local-stack.md "LocalStack"). The tests observe the system
- * only through AWS APIs and the stand-ins, so they run unchanged against either.
+ * CDK app + the local runtime + both stand-ins), or, with THREADGATE_E2E_TARGET=localstack, the
+ * same app deployed to a running LocalStack, which runs the functions (docs/local-stack.md
+ * "LocalStack"). The tests observe the system only through AWS APIs and the stand-ins; where a
+ * target cannot show something, ./target.ts chooses what they assert instead.
  *
  * Every file deploys with the same settings so the synthesized assembly is shared (cached).
  */
