@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { TOKEN_LIFETIME_MS } from '../functions/shared/captchaai/timings.js';
 import type { CaptchaType } from '../functions/shared/captchaai/types.js';
+import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js';
 
 /**
  * A local stand-in for CaptchaAI's HTTP API with a real thread limit: every task holds one of
@@ -80,6 +81,8 @@ export interface InjectedReply {
   drop?: boolean;
   /** Answer after this long (scaled). */
   delayMs?: number;
+  /** Answer like a broken peer instead: a 50 MiB body, an endless body, or headers and then nothing. */
+  hostile?: HostileKind;
 }
 
 export type InjectableEndpoint = 'in.php' | 'res.php';
@@ -334,6 +337,13 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     if (reply.drop) {
       countError('DROPPED');
       req.socket.destroy();
+      return true;
+    }
+    if (reply.hostile) {
+      if (!HOSTILE_KINDS.includes(reply.hostile))
+        throw new RangeError(`unknown hostile reply "${reply.hostile}"`);
+      countError(`HOSTILE_${reply.hostile.toUpperCase()}`);
+      await sendHostile(req, res, reply.hostile);
       return true;
     }
     const status = reply.status ?? 200;

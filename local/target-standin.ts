@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js';
 
 /**
  * A form site for tests and the local stack. Any path serves a page (so each record can
@@ -18,6 +19,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
  *   /slow-post/<ms>/…       the POST answers after <ms>
  *   /redirect/<n>/…         302 to /redirect/<n-1>/…, at 0 to /… (the page)
  *   /redirect-to/<encoded absolute URL>   302 to that URL
+ *   /hostile-page/<kind>/…  the page is a broken peer's (local/hostile-reply.ts: huge, endless,
+ *                           hang-after-headers), with the session cookie
+ *   /hostile-post/<kind>/…  the page loads; the POST is verified as usual, then answered that way
  *
  * HTTP: GET /stats → TargetStandinStats; POST /stats/reset.
  */
@@ -65,6 +69,12 @@ const MAX_POST_BYTES = 1024 * 1024;
 
 function emptyStats(): TargetStandinStats {
   return { pageLoads: 0, posts: 0, accepted: {}, acceptedTotal: 0, rejections: {} };
+}
+
+function hostileKind(arg: string): HostileKind {
+  if (!(HOSTILE_KINDS as readonly string[]).includes(arg))
+    throw new RangeError(`unknown hostile kind "${arg}"`);
+  return arg as HostileKind;
 }
 
 function readCookie(req: IncomingMessage, name: string): string | undefined {
@@ -142,6 +152,7 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       return;
     }
 
+    const hostile = control === (isPost ? 'hostile-post' : 'hostile-page') ? hostileKind(arg) : undefined;
     if (req.method === 'GET') {
       stats.pageLoads++;
       let session = readCookie(req, SESSION_COOKIE);
@@ -151,6 +162,7 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
         headers['set-cookie'] = `${SESSION_COOKIE}=${session}; Path=/; HttpOnly; SameSite=Lax`;
       }
       sessions.set(session, url.href);
+      if (hostile) return sendHostile(req, res, hostile, headers);
       const turnstile = url.searchParams.get('widget') === 'turnstile';
       const widget = turnstile
         ? `<div class="cf-turnstile" data-sitekey="${escapeHtml(sitekey)}"></div>`
@@ -189,6 +201,7 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       const record = form.get('record') ?? url.pathname;
       stats.accepted[record] = (stats.accepted[record] ?? 0) + 1;
       stats.acceptedTotal++;
+      if (hostile) return sendHostile(req, res, hostile);
       res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted\n');
       return;
     }

@@ -25,7 +25,7 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field                      |
  * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
  * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
- * | PollTimeoutError                        | `failed` POLL_TIMEOUT, then hold the slot for the cool-down  |
+ * | PollTimeoutError                        | `failed` with its code (POLL_TIMEOUT, SUBMIT_ANSWER_UNREADABLE), then hold the slot for the cool-down |
  * | TransientError, receives < limit        | retry: batch item failure, claim released                    |
  * | TransientError, receives >= limit       | `failed` TRANSIENT_EXHAUSTED                                 |
  * | UnsolvableError (after its resubmission)| `failed` ERROR_CAPTCHA_UNSOLVABLE                            |
@@ -91,7 +91,8 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   }
   if (err instanceof PollTimeoutError) {
     // The abandoned task may still hold a CaptchaAI thread: never resubmit, keep the slot a while.
-    return { action: 'fail', reason: REASON.POLL_TIMEOUT, cooldownMs: ctx.cooldownMs };
+    // The code says which: POLL_TIMEOUT, or SUBMIT_ANSWER_UNREADABLE (in.php's answer was lost).
+    return { action: 'fail', reason: err.code || REASON.POLL_TIMEOUT, cooldownMs: ctx.cooldownMs };
   }
   if (err instanceof TransientError) {
     return ctx.receiveCount < ctx.transientReceiveLimit

@@ -1,6 +1,7 @@
 import { CookieJar } from 'tough-cookie';
 import { Agent, type Dispatcher, fetch as undiciFetch } from 'undici';
 import { type Allowlist, checkTargetUrl, guardedLookup, type Resolver } from './allowlist.js';
+import { readAtMost } from './bounded-read.js';
 import { TargetError } from './errors.js';
 
 /**
@@ -12,8 +13,16 @@ import { TargetError } from './errors.js';
  * Never logs or keeps the token: `submit` takes the fields, posts them and returns the status.
  */
 export const DEFAULT_MAX_REDIRECTS = 5;
-/** The page body is read (so the connection is reused) but not kept beyond this many bytes. */
-const MAX_BODY_BYTES = 2 * 1024 * 1024;
+/**
+ * A page longer than this fails the record PAGE_TOO_LARGE (before any solve): no form page is
+ * that big, and reading on would spend the invocation on a hostile or broken peer.
+ */
+export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
+/**
+ * Of the target's answer to the POST at most this much is read; its status is the outcome,
+ * so a longer answer, or one that does not end within the timeout, is cut off and the status kept.
+ */
+export const MAX_POST_ANSWER_BYTES = 64 * 1024;
 
 export interface TargetSessionOptions {
   allowlist: Allowlist;
@@ -67,7 +76,7 @@ export class TargetSession {
     let url = new URL(pageurl);
     const deadline = AbortSignal.timeout(this.options.timeoutMs);
     for (let redirects = 0; ; redirects++) {
-      const res = await this.exchange(url, { method: 'GET' }, deadline);
+      const res = await this.exchange(url, { method: 'GET' }, deadline, 'page');
       const location = res.headers.get('location');
       if (res.status >= 300 && res.status < 400 && location) {
         if (redirects >= this.maxRedirects) {
@@ -103,6 +112,7 @@ export class TargetSession {
         contentType: 'application/x-www-form-urlencoded',
       },
       AbortSignal.timeout(this.options.timeoutMs),
+      'answer',
     );
     return { status: res.status };
   }
@@ -111,6 +121,7 @@ export class TargetSession {
     url: URL,
     request: { method: 'GET' | 'POST'; body?: string; contentType?: string },
     deadline: AbortSignal,
+    body: 'page' | 'answer',
   ): Promise<{ status: number; headers: Headers }> {
     await checkTargetUrl(url, this.options.allowlist, this.options.resolver);
     const headers: Record<string, string> = { accept: 'text/html,*/*;q=0.8' };
@@ -131,25 +142,19 @@ export class TargetSession {
       for (const setCookie of res.headers.getSetCookie()) {
         await this.jar.setCookie(setCookie, url.href, { ignoreError: true });
       }
-      await drain(res.body);
-      return { status: res.status, headers: res.headers as unknown as Headers };
+      const reply = { status: res.status, headers: res.headers as unknown as Headers };
+      if (body === 'answer') {
+        // The status decides; the answer's body is read (bounded) only so the connection can be reused.
+        await readAtMost(res.body, MAX_POST_ANSWER_BYTES).catch(() => undefined);
+        return reply;
+      }
+      const page = await readAtMost(res.body, MAX_PAGE_BYTES);
+      if (!page.complete) {
+        throw new TargetError('PAGE_TOO_LARGE', `${url.host} sent a page over ${MAX_PAGE_BYTES} bytes`);
+      }
+      return reply;
     } catch (err) {
       throw toTargetError(err, url);
-    }
-  }
-}
-
-async function drain(body: ReadableStream<Uint8Array> | null): Promise<void> {
-  if (!body) return;
-  const reader = body.getReader();
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    total += value.byteLength;
-    if (total > MAX_BODY_BYTES) {
-      await reader.cancel();
-      return;
     }
   }
 }

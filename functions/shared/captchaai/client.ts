@@ -1,3 +1,4 @@
+import { readAtMost } from '../bounded-read.js';
 import {
   BadTaskError,
   CaptchaError,
@@ -47,6 +48,17 @@ export interface CaptchaAiClientOptions {
   now?: () => number;
   /** Progress for metrics and tests; never contains the key or a token. Exceptions it throws are ignored. */
   onEvent?: (e: ClientEvent) => void;
+}
+
+/**
+ * CaptchaAI's answers are a status and a task id or a token (a few KiB at most); a longer body
+ * is a broken or hostile peer, and is not read further.
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024;
+
+/** Headers arrived but the body was too large, stalled or cut off. */
+class AnswerUnreadableError extends TransientError {
+  override name = 'AnswerUnreadableError';
 }
 
 /** Codes that would fail every record the same way: halt all workers. */
@@ -299,6 +311,7 @@ export class CaptchaAiClient {
           failure = classify(answer.code, undefined);
         }
       } catch (err) {
+        if (err instanceof AnswerUnreadableError) throw await this.#unknownTask(err, state);
         if (!(err instanceof TransientError)) throw err;
         failure = err;
       }
@@ -319,6 +332,21 @@ export class CaptchaAiClient {
       });
       await this.#sleep(delayMs, state.signal);
     }
+  }
+
+  /**
+   * in.php answered but its body could not be read (too large, stalled, cut off): a task may
+   * exist that we cannot poll, holding a plan thread. Submitting another would put two tasks
+   * on one slot, so the slot waits out the deadline such a task would have, and the solve
+   * ends like a poll timeout (the worker then adds the cool-down).
+   */
+  async #unknownTask(err: AnswerUnreadableError, state: SolveState): Promise<PollTimeoutError> {
+    await this.#sleep(this.#scaled(this.#timings.deadlineMs), state.signal);
+    return new PollTimeoutError(
+      'SUBMIT_ANSWER_UNREADABLE',
+      `${err.message}; a task may exist and hold a CaptchaAI thread, so none is submitted in its place`,
+      { cause: err },
+    );
   }
 
   /**
@@ -477,6 +505,7 @@ export class CaptchaAiClient {
     }, timeoutMs);
     const onAbort = () => controller.abort(signal?.reason);
     signal?.addEventListener('abort', onAbort, { once: true });
+    let headersIn = false;
     try {
       const response = await this.#fetch(`${this.#baseUrl}/${path}`, {
         method: 'POST',
@@ -484,10 +513,26 @@ export class CaptchaAiClient {
         body: new URLSearchParams({ key: this.#apiKey, ...params }).toString(),
         signal: controller.signal,
       });
-      const text = await response.text();
-      return { status: response.status, text };
+      headersIn = true;
+      const body = await readAtMost(response.body, MAX_ANSWER_BYTES);
+      if (!body.complete) {
+        throw new AnswerUnreadableError(
+          'ANSWER_TOO_LARGE',
+          `CaptchaAI's answer to ${path} is over ${MAX_ANSWER_BYTES} bytes`,
+        );
+      }
+      return { status: response.status, text: new TextDecoder().decode(body.bytes) };
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
+      if (err instanceof AnswerUnreadableError) throw err;
+      if (headersIn) {
+        // The headers came, the body did not (it stalled or the connection broke).
+        throw new AnswerUnreadableError(
+          timedOut ? 'ANSWER_TIMEOUT' : 'ANSWER_CUT',
+          `CaptchaAI's answer to ${path} ${timedOut ? `did not end within ${timeoutMs} ms` : 'was cut off'}`,
+          { cause: err },
+        );
+      }
       if (timedOut) {
         throw new TransientError('HTTP_TIMEOUT', `CaptchaAI did not answer ${path} within ${timeoutMs} ms`, {
           cause: err,
