@@ -362,11 +362,15 @@ describe('adjustCap against the Lambda API (moto) and threadsinfo (stand-in)', (
       alreadyPaused: false,
     });
     expect(await knobsOf(world)).toMatchObject({ reserved: 4, mappingMaximum: 4, mappingState: 'Disabled' });
-    expect(await stateOf(world)).toMatchObject({
+    const state = await stateOf(world);
+    expect(state).toMatchObject({
       paused: true,
       code: 'ERROR_KEY_DOES_NOT_EXIST',
       by: 'cap-adjuster',
     });
+    // Said once: not "… to threadsinfo: CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST: …".
+    expect(state.reason).toMatch(/^CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST to threadsinfo: \w/);
+    expect(state.reason?.match(/CaptchaAI answered/g)).toHaveLength(1);
     expect(metric('PipelinePaused')).toBe(1);
     expect(metric('StopEvents')).toBe(1);
   });

@@ -58,6 +58,26 @@ describe('threadgate pause', () => {
     });
   });
 
+  it('says that a second pause replaces the first reason, and which one it was', async () => {
+    // Prepare
+    await runCli(['pause', '--reason', 'first reason'], { env: cliEnv(stack.moto) });
+
+    // Act
+    const run = await runCli(['pause', '--reason', 'second reason'], { env: cliEnv(stack.moto) });
+    const json = await runCli(['pause', '--reason', 'third reason', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(
+      /already paused; this reason replaces the earlier one: "first reason" \(by operator since \d{4}-/,
+    );
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      reason: 'third reason',
+      replaced: { paused: true, reason: 'second reason', by: 'operator' },
+    });
+    expect(await recordedState()).toMatchObject({ reason: 'third reason' });
+  });
+
   it('prints the recorded state as JSON with --json', async () => {
     // Act
     const run = await runCli(['pause', '--json'], { env: cliEnv(stack.moto) });

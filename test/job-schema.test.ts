@@ -106,6 +106,30 @@ describe('job message schema', () => {
     });
   });
 
+  it.each([
+    [{ submitUrl: flat.submit_url }, 'submitUrl: unknown field (did you mean submit_url?)'],
+    [{ pageURL: flat.pageurl }, 'pageURL: unknown field (did you mean pageurl?)'],
+    [{ site_key: flat.sitekey }, 'site_key: unknown field (did you mean sitekey?)'],
+    [{ recordkey: 'x' }, 'recordkey: unknown field (did you mean record_key?)'],
+    [{ sitkey: flat.sitekey }, 'sitkey: unknown field (did you mean sitekey?)'],
+    [{ colour: 'blue' }, 'colour: unknown field'],
+  ])("reports a typo'd field as unknown with the field it likely meant (%o)", (typo, reason) => {
+    // Prepare: the typo replaces the field it stands for.
+    const job: Record<string, unknown> = { ...flat, ...typo };
+    const meant = /did you mean (\w+)\?/.exec(reason)?.[1];
+    if (meant && meant !== 'record_key') delete job[meant];
+
+    // Act + Assess
+    expect(check(job)).toMatchObject({ ok: false, reason });
+  });
+
+  it('suggests a field of the captcha object for a typo inside it', () => {
+    expect(check({ ...flat, captcha: { type: 'recaptcha_v3', minScore: 0.5 } })).toMatchObject({
+      ok: false,
+      reason: 'captcha.minScore: unknown field (did you mean min_score?)',
+    });
+  });
+
   it('leaves recordKey out when the record_key itself is unusable', () => {
     expect(check({ ...flat, record_key: 'has space' })).toEqual({
       ok: false,

@@ -319,6 +319,7 @@ describe('worker against moto and the stand-ins', () => {
       (await clients.ssm.send(new GetParameterCommand({ Name: s.res.stateParam }))).Parameter!.Value!,
     );
     expect(state).toMatchObject({ paused: true, code: 'ERROR_KEY_DOES_NOT_EXIST', by: 'worker' });
+    expect(state.reason?.match(/CaptchaAI answered/g)).toHaveLength(1);
     // The other 9 are back in the queue at once (visibility reset to 0 by the worker). Their
     // receive count holds the ONE receive that delivered this batch; the worker added none.
     // Observing them needs a receive too, so each now reads 2 = that delivery + this look.

@@ -25,17 +25,23 @@ export function registerPause(program: Command): void {
     .action(async (options: PauseOptions) => {
       await withStack(options, async (aws, stack) => {
         const control = pipelineControl(aws, stack);
+        // One reason is recorded; a pause over a pause replaces it, and says so.
+        const before = await control.readState();
+        const replaced = before.paused ? before : undefined;
         const state = await control.pause(options.reason, 'operator');
         const mapping = await control.readMapping();
         if (options.json) {
           process.stdout.write(
-            `${JSON.stringify({ stack: stack.name, ...state, mapping: { uuid: mapping.uuid, state: mapping.state } }, null, 2)}\n`,
+            `${JSON.stringify({ stack: stack.name, ...state, mapping: { uuid: mapping.uuid, state: mapping.state }, ...(replaced ? { replaced } : {}) }, null, 2)}\n`,
           );
           return;
         }
         process.stdout.write(
           `paused ${stack.name}: mapping ${mapping.uuid} is ${mapping.state}; reason: ${state.reason}\n` +
-            'Queued messages wait untouched; invocations already running finish. Resume with `threadgate resume`.\n',
+            (replaced
+              ? `It was already paused; this reason replaces the earlier one: "${replaced.reason ?? ''}" (by ${replaced.by ?? '?'}${replaced.since ? ` since ${replaced.since}` : ''}).\n`
+              : '') +
+            'Queued messages wait untouched; invocations already running finish. Resume with `npx threadgate resume`.\n',
         );
       });
     });

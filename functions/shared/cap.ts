@@ -8,7 +8,12 @@ import {
 import type { ThreadsInfo } from './captchaai/types.js';
 import { type Env, optionalNumber, requireString } from './env.js';
 import { ConfigError, StopClassError } from './errors.js';
-import type { MappingInfo, PipelineControl, PipelineState } from './pipeline-control.js';
+import {
+  type MappingInfo,
+  type PipelineControl,
+  type PipelineState,
+  stopReason,
+} from './pipeline-control.js';
 
 /**
  * The cap: how many solves may be in flight at once. It is applied through two knobs on the
@@ -156,13 +161,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     info = await deps.readThreads();
   } catch (err) {
     if (err instanceof StopClassError) {
-      return pauseFor(
-        deps,
-        state,
-        before,
-        err.code,
-        `CaptchaAI answered ${err.code} to threadsinfo: ${err.message}`,
-      );
+      return pauseFor(deps, state, before, err.code, stopReason(err.code, err.message, 'threadsinfo'));
     }
     // Network errors, 5xx, ERROR_SERVER_ERROR, unreadable answers: the plan did not change as
     // far as we know, so the last cap stands.

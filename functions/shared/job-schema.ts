@@ -1,3 +1,4 @@
+import { distance } from 'fastest-levenshtein';
 import * as z from 'zod';
 import type { CaptchaTask, CaptchaType } from './captchaai/types.js';
 
@@ -242,12 +243,38 @@ function formatPath(path: readonly PropertyKey[]): string {
   return path.map((p) => String(p)).join('.');
 }
 
+/** The field names a job message may carry, at the top level and inside `captcha`. */
+const KNOWN_FIELDS = {
+  top: Object.keys(JobMessageSchema.shape),
+  captcha: [...new Set(CaptchaSpec.options.flatMap((option) => Object.keys(option.shape)))],
+};
+
+/** Case, `_` and `-` do not count: `submitUrl`, `Submit-URL` and `submit_url` are one name. */
+const normalized = (name: string) => name.toLowerCase().replace(/[-_]/g, '');
+
+/**
+ * The known field an unknown one was most likely meant to be: the same name up to case and
+ * separators (`submitUrl` → `submit_url`), else one within two edits (`sitkey` → `sitekey`).
+ */
+export function likelyField(unknown: string, known: readonly string[]): string | undefined {
+  let best: { name: string; d: number } | undefined;
+  for (const name of known) {
+    if (name === unknown) continue;
+    const d = distance(normalized(unknown), normalized(name));
+    if (d <= Math.min(2, Math.floor(name.length / 3)) && (best === undefined || d < best.d))
+      best = { name, d };
+  }
+  return best?.name;
+}
+
 /** One issue as `<field>: <what is wrong>`, naming the field. */
 function formatIssue(issue: z.core.$ZodIssue): string {
   const path = formatPath(issue.path);
   if (issue.code === 'unrecognized_keys') {
     const where = path ? `${path}.` : '';
-    return `${where}${issue.keys[0]}: unknown field`;
+    const key = issue.keys[0] ?? '';
+    const meant = likelyField(key, path === 'captcha' ? KNOWN_FIELDS.captcha : KNOWN_FIELDS.top);
+    return `${where}${key}: unknown field${meant ? ` (did you mean ${meant}?)` : ''}`;
   }
   return path ? `${path}: ${issue.message}` : issue.message;
 }
@@ -272,7 +299,10 @@ export function validateJobMessage(raw: string): JobValidation {
   }
   const result = JobMessageSchema.safeParse(parsed);
   if (result.success) return { ok: true, job: result.data };
-  const first = result.error.issues[0];
+  // An unknown field is usually the cause of the other issues (a typo'd `submitUrl` is also a
+  // missing `submit_url`), so it is the one reported.
+  const issues = result.error.issues;
+  const first = issues.find((i) => i.code === 'unrecognized_keys') ?? issues[0];
   const reason = first ? formatIssue(first) : 'message: invalid';
   const key = RecordKey.safeParse((parsed as { record_key?: unknown }).record_key);
   return key.success ? { ok: false, reason, recordKey: key.data } : { ok: false, reason };

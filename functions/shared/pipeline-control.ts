@@ -39,6 +39,17 @@ export interface PipelineControlDeps {
   sleep?: (ms: number) => Promise<void>;
 }
 
+/**
+ * The pause reason for a stop-class CaptchaAI answer, said once. The error's message usually
+ * already reads "CaptchaAI answered CODE: why"; it is not wrapped in a second "CaptchaAI
+ * answered …". `call` names the CaptchaAI call that got the answer (e.g. threadsinfo).
+ */
+export function stopReason(code: string, message: string, call?: string): string {
+  const lead = `CaptchaAI answered ${code}`;
+  const rest = message.startsWith(lead) ? message.slice(lead.length) : message ? `: ${message}` : '';
+  return `${lead}${call ? ` to ${call}` : ''}${rest}`;
+}
+
 export class PipelineControlError extends ThreadgateError {
   override name = 'PipelineControlError';
 }

@@ -5,6 +5,7 @@ import type { SQSRecord } from 'aws-lambda';
 import { batchIdOf } from '../shared/job-schema.js';
 import type { RecordDecision } from '../shared/outcome-mapping.js';
 import type { OutcomeStatus } from '../shared/outcomes-store.js';
+import { stopReason } from '../shared/pipeline-control.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
 
 /**
@@ -101,11 +102,7 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
         reason: decision.reason,
       });
       try {
-        await deps.pipeline.pause(
-          `CaptchaAI answered ${decision.code}: ${decision.reason}`,
-          'worker',
-          decision.code,
-        );
+        await deps.pipeline.pause(stopReason(decision.code, decision.reason), 'worker', decision.code);
       } catch (err) {
         log.error('could not pause the pipeline', errorSummary(err));
       }
