@@ -31,6 +31,7 @@ export interface ProgressOptions {
 export class Progress {
   private done = 0;
   private total: number | undefined;
+  private detail: string | undefined;
   private readonly startedAt: number;
   private lastDrawAt = Number.NEGATIVE_INFINITY;
   private finished = false;
@@ -50,6 +51,11 @@ export class Progress {
 
   setTotal(total: number | undefined): void {
     this.total = total;
+  }
+
+  /** Text shown after the counts, e.g. counts by status; undefined removes it. */
+  setDetail(detail: string | undefined): void {
+    this.detail = detail;
   }
 
   /** Count `n` more units done. */
@@ -92,6 +98,7 @@ export class Progress {
       done: this.done,
       total: this.total,
       elapsedMs: this.lastDrawAt - this.startedAt,
+      ...(this.detail ? { detail: this.detail } : {}),
     };
     if (this.tty) {
       const width = this.stream.columns ?? 80;
@@ -108,6 +115,8 @@ export interface ProgressSnapshot {
   done: number;
   total: number | undefined;
   elapsedMs: number;
+  /** Shown after the counts (e.g. `submitted 40, failed 2`). */
+  detail?: string;
 }
 
 /**
@@ -155,6 +164,7 @@ function counts(s: ProgressSnapshot): string {
 export function renderPlainLine(s: ProgressSnapshot, final = false): string {
   const parts = [`${s.label}: ${counts(s)}`];
   if (s.total !== undefined && s.total > 0) parts.push(`${Math.floor((100 * s.done) / s.total)}%`);
+  if (s.detail) parts.push(`(${s.detail})`);
   const rate = rateText(s);
   if (rate) parts.push(rate.trim());
   if (final) parts.push(`in ${formatDuration(s.elapsedMs)}`);
@@ -172,7 +182,7 @@ export function renderBarLine(s: ProgressSnapshot, columns: number, final = fals
     : eta === undefined
       ? ''
       : ` ETA ${formatDuration(eta)}`;
-  const tail = ` ${counts(s)}${rateText(s)}${when}`;
+  const tail = ` ${counts(s)}${s.detail ? ` (${s.detail})` : ''}${rateText(s)}${when}`;
   if (s.total === undefined || s.total <= 0) return `${s.label}:${tail}`;
   const fraction = Math.min(1, s.done / s.total);
   const pct = `${String(Math.floor(fraction * 100)).padStart(3)}%`;

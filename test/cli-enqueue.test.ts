@@ -141,6 +141,27 @@ describe('threadgate enqueue', () => {
     expect(await queueDepth()).toBe(3);
   });
 
+  it('prints and writes the records sent per batch, each repeated record_key once, keeping other batches in the file', async () => {
+    // Prepare: batch a has rec-1 twice and rec-2; batch b has rec-3; rec-4 has no batch; the
+    // line too large for the queue (batch b) is not sent, so it is not counted.
+    const inBatch = (n: number, batch: string) => JSON.stringify({ ...JSON.parse(job(n)), batch_id: batch });
+    const large = JSON.stringify({ ...JSON.parse(inBatch(5, 'b')), form: { comment: 'x'.repeat(4000) } });
+    const input = [inBatch(1, 'a'), inBatch(2, 'a'), inBatch(1, 'a'), inBatch(3, 'b'), job(4), large].join(
+      '\n',
+    );
+    const counts = join(dir, 'counts.json');
+    await writeFile(counts, JSON.stringify({ earlier: 7, b: 99 }));
+
+    // Act
+    const run = await runCli(['enqueue', '-', '--counts', counts], { env: cliEnv(stack.moto), stdin: input });
+
+    // Assess
+    expect(run.code).toBe(4);
+    expect(run.stdout).toContain('batch a: 2 records sent (wait with --expect 2)');
+    expect(run.stdout).toContain('batch b: 1 record sent (wait with --expect 1)');
+    expect(JSON.parse(await readFile(counts, 'utf8'))).toEqual({ earlier: 7, a: 2, b: 1 });
+  });
+
   it('reports a line SQS refuses by its line number, still sends the rest of its batch, and exits 4', async () => {
     // Prepare: line 2 is a valid job larger than the queue's 4 KiB limit.
     const large = JSON.stringify({ ...JSON.parse(job(2)), form: { comment: 'x'.repeat(4000) } });

@@ -54,8 +54,23 @@ export function stackTemplate(options: StackOptions = {}): string {
         Type: 'AWS::DynamoDB::Table',
         Properties: {
           BillingMode: 'PAY_PER_REQUEST',
-          AttributeDefinitions: [{ AttributeName: 'record_key', AttributeType: 'S' }],
+          AttributeDefinitions: [
+            { AttributeName: 'record_key', AttributeType: 'S' },
+            { AttributeName: 'batch_id', AttributeType: 'S' },
+            { AttributeName: 'updated_at', AttributeType: 'S' },
+          ],
           KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
+          // The stack's batch index (infra/constructs/outcomes-table.ts).
+          GlobalSecondaryIndexes: [
+            {
+              IndexName: 'batch_id-updated_at',
+              KeySchema: [
+                { AttributeName: 'batch_id', KeyType: 'HASH' },
+                { AttributeName: 'updated_at', KeyType: 'RANGE' },
+              ],
+              Projection: { ProjectionType: 'ALL' },
+            },
+          ],
         },
       },
       PipelineState: {

@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +19,8 @@ const STATUSES = ['submitted', 'failed', 'rejected', 'stopped', 'in_progress'] a
  */
 const ROWS = Array.from({ length: 130 }, (_, i) => ({
   record_key: `rec-${String(i).padStart(3, '0')}`,
+  // Rows 100-129 make up batch "batch-b"; the others have no batch.
+  ...(i >= 100 ? { batch_id: 'batch-b' } : {}),
   status: STATUSES[i % STATUSES.length],
   reason: i === 7 ? 'target answered "422", form invalid' : 'ok',
   target_status: 200,
@@ -120,7 +125,7 @@ describe('threadgate outcomes', () => {
     expect(lines[0]).toBe(OUTCOME_COLUMNS.join(','));
     expect(lines).toHaveLength(1 + 26);
     expect(lines).toContain(
-      `rec-007,rejected,"target answered ""422"", form invalid",200,1,recaptcha_v2,21007,${iso(7)},${iso(7)},,`,
+      `rec-007,,rejected,"target answered ""422"", form invalid",200,1,recaptcha_v2,21007,${iso(7)},${iso(7)},,`,
     );
   });
 
@@ -142,6 +147,61 @@ describe('threadgate outcomes', () => {
     // Assess
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout)).toEqual([]);
+  });
+
+  it("exports exactly one batch's rows with --batch, with their batch_id, and filters them by --status", async () => {
+    // Act
+    const all = await runCli(['outcomes', '--batch', 'batch-b'], { env: cliEnv(stack.moto) });
+    const failed = await runCli(['outcomes', '--batch', 'batch-b', '--status', 'failed', '--format', 'csv'], {
+      env: cliEnv(stack.moto),
+    });
+
+    // Assess
+    expect(all.code).toBe(0);
+    const rows = all.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(rows.map((r) => r.record_key).sort()).toEqual(ROWS.slice(100).map((r) => r.record_key));
+    expect(rows.every((r) => r.batch_id === 'batch-b')).toBe(true);
+    expect(all.stderr).toContain('30 outcome rows of batch "batch-b"');
+    const csv = failed.stdout.trim().split('\n');
+    expect(csv.slice(1).map((l) => l.split(',')[0])).toEqual(
+      ROWS.slice(100)
+        .filter((r) => r.status === 'failed')
+        .map((r) => r.record_key)
+        .sort()
+        .reverse(), // the batch index orders by updated_at: newest rows are the lowest numbers
+    );
+  });
+
+  it('exports the rows of the keys in a file with --keys (plain keys or job lines) and counts keys without a row', async () => {
+    // Prepare
+    const file = join(mkdtempSync(join(tmpdir(), 'tg-keys-')), 'keys.txt');
+    writeFileSync(
+      file,
+      ['rec-003', '{"record_key":"rec-120","sitekey":"x"}', '', 'rec-404', 'rec-003'].join('\n'),
+    );
+
+    // Act
+    const run = await runCli(['outcomes', '--keys', file, '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout).map((r: { record_key: string }) => r.record_key)).toEqual([
+      'rec-003',
+      'rec-120',
+    ]);
+    expect(run.stderr).toContain('1 of the keys have no row');
+  });
+
+  it('refuses --batch with --keys, and a batch id that breaks the batch_id rules', async () => {
+    const both = await runCli(['outcomes', '--batch', 'b', '--keys', 'k.txt'], { env: cliEnv(stack.moto) });
+    const bad = await runCli(['outcomes', '--batch', 'has space'], { env: cliEnv(stack.moto) });
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain('pass --batch ID or --keys FILE, not both');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--batch: must be printable ASCII without spaces');
   });
 
   it('refuses an unknown status, naming the allowed ones', async () => {

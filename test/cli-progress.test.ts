@@ -114,4 +114,22 @@ describe('progress formatting', () => {
     expect(bar).not.toMatch(/\/s/);
     expect(bar).toMatch(/100% 100\/100 messages in 0:00$/);
   });
+
+  it('shows a detail such as counts by status after the counts, on the bar and in plain lines', () => {
+    // Prepare
+    const s = {
+      label: 'wait',
+      unit: 'records',
+      done: 50,
+      total: 200,
+      elapsedMs: 10_000,
+      detail: 'submitted 48, failed 2',
+    };
+    // Act
+    const bar = renderBarLine(s, 120);
+    const plain = renderPlainLine(s);
+    // Assess
+    expect(bar).toMatch(/^wait \[#+-+\] {2}25% 50\/200 records \(submitted 48, failed 2\) 5\.0\/s ETA 0:30$/);
+    expect(plain).toBe('wait: 50/200 records 25% (submitted 48, failed 2) 5.0/s ETA 0:30');
+  });
 });

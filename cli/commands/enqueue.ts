@@ -1,5 +1,5 @@
 import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
@@ -20,6 +20,7 @@ import {
 
 interface EnqueueOptions extends StackOptions {
   rejects?: string;
+  counts?: string;
   concurrency: string;
   dryRun?: boolean;
   json?: boolean;
@@ -50,6 +51,8 @@ export interface EnqueueSummary {
   rejected: Rejected[];
   failed: SendFailure[];
   repeated: Repeat[];
+  /** Distinct record keys sent per batch_id (checked, with --dry-run): what `threadgate wait --batch` expects. */
+  batches: Record<string, number>;
   dryRun: boolean;
 }
 
@@ -72,6 +75,10 @@ export function registerEnqueue(program: Command): void {
       '--rejects <file>',
       'also write rejected lines, unchanged, to FILE (fix them and enqueue FILE again)',
     )
+    .option(
+      '--counts <file>',
+      'also write the records sent per batch_id to FILE as JSON, for `threadgate wait --batch ID --counts FILE` (other batches in FILE are kept)',
+    )
     .option('--concurrency <n>', 'batches sent at once', '4')
     .option('--dry-run', 'validate only; send nothing (needs no stack)')
     .option('--json', 'print the summary as JSON on stdout')
@@ -79,6 +86,7 @@ export function registerEnqueue(program: Command): void {
       'after',
       '\nExamples:\n  $ threadgate enqueue jobs.jsonl --rejects rejected.jsonl\n' +
         "  $ my-export | jq -c '{record_key: .id, sitekey, pageurl, submit_url}' | threadgate enqueue -\n" +
+        '  $ threadgate enqueue jobs.jsonl --counts counts.json && threadgate wait --batch nightly-1 --counts counts.json\n' +
         '  $ threadgate enqueue jobs.jsonl --dry-run\n' +
         'Exit codes: 0 all sent; 2 some lines rejected; 4 some sends failed (re-running the file is safe: a\n' +
         'record_key that already has an outcome is not solved again).\n',
@@ -108,6 +116,7 @@ export function registerEnqueue(program: Command): void {
         rejectsPath: options.rejects,
         dryRun: options.dryRun === true,
       });
+      if (options.counts !== undefined && !options.dryRun) await writeCounts(options.counts, summary.batches);
       if (options.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
       else process.stdout.write(`${describe(summary)}\n`);
       if (summary.failed.length) process.exitCode = EXIT.transient;
@@ -123,7 +132,33 @@ function describe(s: EnqueueSummary): string {
   if (s.failed.length) parts.push(`${s.failed.length} failed to send (run again; duplicates are safe)`);
   if (s.repeated.length)
     parts.push(`${s.repeated.length} repeated record_key${s.repeated.length === 1 ? '' : 's'}`);
-  return parts.join('; ');
+  const lines = [parts.join('; ')];
+  for (const [batch, n] of Object.entries(s.batches)) {
+    lines.push(
+      `batch ${batch}: ${n} record${n === 1 ? '' : 's'} ${s.dryRun ? 'to send' : 'sent'} (wait with --expect ${n})`,
+    );
+  }
+  return lines.join('\n');
+}
+
+/** Writes the per-batch counts into FILE, keeping the counts of other batches already there. */
+async function writeCounts(path: string, batches: Record<string, number>): Promise<void> {
+  let existing: Record<string, number> = {};
+  try {
+    const parsed = JSON.parse(await readFile(path, 'utf8')) as unknown;
+    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed))
+      existing = parsed as Record<string, number>;
+  } catch {
+    // no file yet (or not ours to read): start a new one
+  }
+  try {
+    await writeFile(path, `${JSON.stringify({ ...existing, ...batches }, null, 2)}\n`);
+  } catch (err) {
+    throw new CliError(
+      `cannot write --counts ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      EXIT.failure,
+    );
+  }
 }
 
 async function openInput(file: string): Promise<{ stream: NodeJS.ReadableStream; total?: number }> {
@@ -174,9 +209,24 @@ async function enqueue(
     rejected: [],
     failed: [],
     repeated: [],
+    batches: {},
     dryRun: o.dryRun,
   };
   const firstLineOf = new Map<string, number>();
+  /** Batch and key of each line waiting in `batch` or in flight; counted once it is sent. */
+  const batchOfLine = new Map<string, { batch: string; key: string }>();
+  const keysOfBatch = new Map<string, Set<string>>();
+  const countSent = (ids: Iterable<string>) => {
+    for (const id of ids) {
+      const line = batchOfLine.get(id);
+      if (!line) continue;
+      batchOfLine.delete(id);
+      const keys = keysOfBatch.get(line.batch) ?? new Set<string>();
+      keysOfBatch.set(line.batch, keys);
+      keys.add(line.key);
+      summary.batches[line.batch] = keys.size;
+    }
+  };
   const inflight = new Set<Promise<void>>();
   let batch: { entries: SendMessageBatchRequestEntry[]; bytes: number } = { entries: [], bytes: 0 };
   let fatal: unknown;
@@ -185,6 +235,7 @@ async function enqueue(
     const entries = batch.entries;
     batch = { entries: [], bytes: 0 };
     if (entries.length === 0 || o.dryRun || !o.aws || !o.queueUrl) {
+      countSent(entries.map((e) => e.Id ?? ''));
       progress.tick(entries.length);
       return;
     }
@@ -194,6 +245,7 @@ async function enqueue(
     const p = sendMessageBatchWithRetries(aws, queueUrl, entries)
       .then((result) => {
         summary.sent += result.sent.length;
+        countSent(result.sent);
         for (const f of result.failed) {
           const failure = { line: Number(f.id), code: f.code, message: f.message };
           summary.failed.push(failure);
@@ -250,6 +302,8 @@ async function enqueue(
       await flush();
     }
     batch.entries.push({ Id: String(lineNo), MessageBody: line });
+    if (verdict.job.batch_id !== undefined)
+      batchOfLine.set(String(lineNo), { batch: verdict.job.batch_id, key });
     batch.bytes += bytes;
   }
   if (!fatal) await flush();

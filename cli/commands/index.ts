@@ -11,6 +11,7 @@ import { registerSolveCommand } from './solve.js';
 import { registerStandinCommand } from './standin.js';
 import { registerStatus } from './status.js';
 import { registerThreadsCommand } from './threads.js';
+import { registerWait } from './wait.js';
 
 /**
  * Every sub-command lives in its own file in this folder and exports a `register…` function;
@@ -24,6 +25,7 @@ export function registerCommands(program: Command): void {
   registerEnqueue(program);
   registerStatus(program);
   registerOutcomes(program);
+  registerWait(program);
   registerPause(program);
   registerResume(program);
   registerRedrive(program);

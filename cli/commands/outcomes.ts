@@ -1,6 +1,8 @@
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
+import { OutcomesStore } from '../../functions/shared/outcomes-store.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
 import { OUTCOME_STATUSES } from './status.js';
 
@@ -10,6 +12,7 @@ import { OUTCOME_STATUSES } from './status.js';
  */
 export const OUTCOME_COLUMNS = [
   'record_key',
+  'batch_id',
   'status',
   'reason',
   'target_status',
@@ -23,6 +26,8 @@ export const OUTCOME_COLUMNS = [
 ] as const;
 
 interface OutcomesOptions extends StackOptions {
+  batch?: string;
+  keys?: string;
   status?: string;
   since?: string;
   format: string;
@@ -36,6 +41,11 @@ export function registerOutcomes(program: Command): void {
       .command('outcomes')
       .description('Export outcome rows (one per record_key) from the table; never a token'),
   )
+    .option('--batch <id>', "only this batch's rows (a Query on the batch index, no scan)")
+    .option(
+      '--keys <file>',
+      'only the rows of these record keys (one per line, or the JSON lines of a job file; - for stdin), read by key',
+    )
     .option('--status <status>', `only rows with this status (${OUTCOME_STATUSES.join(', ')})`)
     .option(
       '--since <time>',
@@ -47,6 +57,8 @@ export function registerOutcomes(program: Command): void {
     .addHelpText(
       'after',
       '\nExamples:\n  $ threadgate outcomes --status failed --since 2h\n' +
+        '  $ threadgate outcomes --batch nightly-2026-12-01 --format csv > batch.csv\n' +
+        '  $ threadgate outcomes --keys jobs.jsonl\n' +
         '  $ threadgate outcomes --format csv > outcomes.csv\n' +
         "  $ threadgate outcomes --json | jq 'length'\n",
     )
@@ -66,17 +78,27 @@ export function registerOutcomes(program: Command): void {
       if (limit !== undefined && (!Number.isInteger(limit) || limit <= 0)) {
         throw new CliError(`--limit must be a positive integer, got "${options.limit}"`, EXIT.usage);
       }
+      const selection = await selectionFrom(options);
       await withStack(options, async (aws, stack) => {
         const table = output(stack, 'TableName');
         const writer = rowWriter(format as 'jsonl' | 'csv' | 'json');
+        const filter = { status: options.status, since };
+        const rows = selection
+          ? selectedOutcomeRows(aws, table, selection, filter)
+          : outcomeRows(aws, table, filter);
         let n = 0;
-        for await (const row of outcomeRows(aws, table, { status: options.status, since })) {
+        for await (const row of rows) {
           writer.row(row);
           n += 1;
           if (limit !== undefined && n >= limit) break;
         }
         writer.end();
-        process.stderr.write(`${n} outcome row${n === 1 ? '' : 's'} from ${table}\n`);
+        const of = selection ? ` of ${describeSelection(selection)}` : '';
+        process.stderr.write(`${n} outcome row${n === 1 ? '' : 's'}${of} from ${table}\n`);
+        if (selection?.kind === 'keys' && limit === undefined && filter.status === undefined && !since) {
+          const missing = selection.keys.length - n;
+          if (missing > 0) process.stderr.write(`${missing} of the keys have no row (yet)\n`);
+        }
       });
     });
 }
@@ -137,6 +159,24 @@ async function* outcomeRows(
     },
   );
   for await (const page of pages) for (const item of page.Items ?? []) yield item;
+}
+
+/**
+ * The rows of a batch (Query on the batch index) or of a list of keys (BatchGetItem), with the
+ * --status / --since filters applied here: both reads are already narrow.
+ */
+async function* selectedOutcomeRows(
+  aws: AwsContext,
+  table: string,
+  selection: Selection,
+  filter: { status?: string; since?: string },
+): AsyncGenerator<Row> {
+  const store = new OutcomesStore({ client: aws.clients.dynamodb, tableName: table });
+  for (const row of await selectedRows(store, selection)) {
+    if (filter.status !== undefined && row.status !== filter.status) continue;
+    if (filter.since !== undefined && (row.updated_at ?? '') < filter.since) continue;
+    yield row as unknown as Row;
+  }
 }
 
 /** Keeps only the known columns, in their order. */

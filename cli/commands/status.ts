@@ -161,7 +161,8 @@ export async function collectStatus(
   };
 }
 
-async function queueCounts(aws: AwsContext, queueUrl: string) {
+/** A queue's visible, in-flight and delayed message counts (also `threadgate wait`'s idle check). */
+export async function queueCounts(aws: AwsContext, queueUrl: string) {
   const out = await aws.clients.sqs.send(
     new GetQueueAttributesCommand({
       QueueUrl: queueUrl,

@@ -1,0 +1,431 @@
+import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  ChangeMessageVisibilityBatchCommand,
+  type Message,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
+import type { Command } from 'commander';
+import { batchIdOf, validateJobMessage } from '../../functions/shared/job-schema.js';
+import { type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
+import type { PipelineState } from '../../functions/shared/pipeline-control.js';
+import { CliError, EXIT } from '../exit-codes.js';
+import { Progress } from '../progress.js';
+import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
+import {
+  type AwsContext,
+  addStackOptions,
+  output,
+  pipelineControl,
+  type StackOptions,
+  withStack,
+} from '../stack.js';
+import { queueCounts } from './status.js';
+
+/**
+ * `threadgate wait`: polls until every record of a batch (or of a key file) has a final
+ * outcome or its message is in the DLQ, then ends with an exit code a script can branch on.
+ * `stopped` counts as ended (its message is in the DLQ, with the reason) and means the
+ * pipeline paused. While records are pending it also ends early, and says why, when the
+ * pipeline is paused (nothing will move until an operator resumes) or when nothing is left
+ * to work on (jobs queue empty, nothing in flight) but records are still unaccounted for.
+ */
+
+export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+/** The order counts are shown in. */
+const SHOWN = ['submitted', 'failed', 'rejected', 'stopped', 'dlq', 'in_progress'] as const;
+
+export type WaitEnd = 'done' | 'paused' | 'missing' | 'timeout';
+
+export interface WaitReport {
+  selection: string;
+  batch_id?: string;
+  expected: number;
+  /** Records that ended: a final row, a stopped row or a DLQ message. */
+  ended: number;
+  /** Rows by status, plus `dlq` for records whose message is in the DLQ without a final row. */
+  counts: Record<string, number>;
+  pending: number;
+  end: WaitEnd;
+  exit_code: number;
+  message: string;
+  pipeline: PipelineState;
+  elapsed_s: number;
+}
+
+/** What one look at the pipeline found. */
+export interface WaitSnapshot {
+  rows: OutcomeRow[];
+  pipeline: PipelineState;
+  /** Jobs queue holds nothing visible, in flight or delayed. */
+  queueIdle: boolean;
+}
+
+/** A DLQ message that names a record (by its body's record_key or its attribute) or a batch. */
+export interface DlqHit {
+  recordKey?: string;
+  batchId?: string;
+}
+
+export interface WaitDeps {
+  look(): Promise<WaitSnapshot>;
+  /** Peeks at the DLQ without taking anything out of it. */
+  dlq(): Promise<DlqHit[]>;
+  now(): number;
+  sleep(ms: number): Promise<void>;
+  onProgress?(report: WaitReport): void;
+}
+
+export interface WaitOptions {
+  selection: Selection;
+  /** Records expected: the batch's count, or the number of keys. */
+  expected: number;
+  intervalMs: number;
+  /** Undefined: no limit. */
+  timeoutMs?: number;
+}
+
+/** Counts the selection's rows and DLQ hits; pure, so the exit-code rules are tested alone. */
+export function tally(
+  selection: Selection,
+  expected: number,
+  rows: readonly OutcomeRow[],
+  dlq: readonly DlqHit[],
+): { counts: Record<string, number>; ended: number; pending: number } {
+  const counts: Record<string, number> = {};
+  const byKey = new Map(rows.map((r) => [r.record_key, r]));
+  const ended = (row: OutcomeRow | undefined) =>
+    row !== undefined &&
+    ((FINAL_STATUSES as readonly string[]).includes(row.status) || row.status === 'stopped');
+  // A DLQ message counts for a record that has not ended otherwise, once per record (or once per
+  // unkeyed message of the batch: those can never have a row).
+  const inDlq = new Set<string>();
+  let unkeyed = 0;
+  for (const hit of dlq) {
+    if (hit.recordKey !== undefined) {
+      const wanted =
+        selection.kind === 'keys'
+          ? selection.keys.includes(hit.recordKey)
+          : hit.batchId === selection.batchId;
+      if (wanted && !ended(byKey.get(hit.recordKey))) inDlq.add(hit.recordKey);
+    } else if (selection.kind === 'batch' && hit.batchId === selection.batchId) unkeyed += 1;
+  }
+  let endedRows = 0;
+  for (const row of rows) {
+    if (inDlq.has(row.record_key)) continue; // counted as dlq below
+    counts[row.status] = (counts[row.status] ?? 0) + 1;
+    if (ended(row)) endedRows += 1;
+  }
+  const dlqCount = inDlq.size + unkeyed;
+  if (dlqCount > 0) counts.dlq = dlqCount;
+  const endedCount = endedRows + dlqCount;
+  return { counts, ended: endedCount, pending: Math.max(0, expected - endedCount) };
+}
+
+/** Exit code once every record ended: 3 if one was stopped, 2 if one failed, was rejected or is in the DLQ. */
+export function doneExitCode(counts: Record<string, number>): number {
+  if ((counts.stopped ?? 0) > 0) return EXIT.stop;
+  if ((counts.failed ?? 0) + (counts.rejected ?? 0) + (counts.dlq ?? 0) > 0) return EXIT.badTask;
+  return EXIT.ok;
+}
+
+function countsText(counts: Record<string, number>): string {
+  const parts = SHOWN.filter((s) => counts[s]).map((s) => `${s} ${counts[s]}`);
+  return parts.length ? parts.join(', ') : 'no outcomes yet';
+}
+
+function pausedText(state: PipelineState): string {
+  const who = state.by ? ` by ${state.by}` : '';
+  const since = state.since ? ` since ${state.since}` : '';
+  return `the pipeline is paused${who}${since}: ${state.reason ?? 'no reason recorded'}`;
+}
+
+/** Polls until the selection ends, the pipeline pauses, nothing is left to wait for, or the timeout. */
+export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<WaitReport> {
+  const started = deps.now();
+  const what = describeSelection(o.selection);
+  let dlq: DlqHit[] = [];
+  let idleLooks = 0;
+  for (;;) {
+    const look = await deps.look();
+    idleLooks = look.queueIdle ? idleLooks + 1 : 0;
+    // The DLQ is read only when the queue is idle: before that a missing record may still be on its way.
+    if (idleLooks > 0) dlq = await deps.dlq();
+    const t = tally(o.selection, o.expected, look.rows, dlq);
+    const report = (end: WaitEnd, exitCode: number, message: string): WaitReport => ({
+      selection: what,
+      ...(o.selection.kind === 'batch' ? { batch_id: o.selection.batchId } : {}),
+      expected: o.expected,
+      ended: t.ended,
+      counts: t.counts,
+      pending: t.pending,
+      end,
+      exit_code: exitCode,
+      message,
+      pipeline: look.pipeline,
+      elapsed_s: Math.round((deps.now() - started) / 100) / 10,
+    });
+    if (t.pending === 0) {
+      const code = doneExitCode(t.counts);
+      const extra = t.ended > o.expected ? ` (${t.ended} ended, more than the ${o.expected} expected)` : '';
+      const tail =
+        code === EXIT.stop
+          ? `; ${pausedText(look.pipeline)}`
+          : code === EXIT.badTask
+            ? '; some records did not submit'
+            : '';
+      return report('done', code, `${what}: all ${o.expected} records ended${extra}${tail}`);
+    }
+    if (look.pipeline.paused) {
+      return report(
+        'paused',
+        EXIT.stop,
+        `${what}: ${t.pending} of ${o.expected} records have not ended and ${pausedText(look.pipeline)}. ` +
+          'Nothing moves until `threadgate resume`; then `threadgate redrive` for the stopped records.',
+      );
+    }
+    // Two idle looks in a row: the index is eventually consistent, so one more look settles it.
+    if (idleLooks >= 2) {
+      const message =
+        look.rows.length === 0 && t.ended === 0
+          ? `${what}: no such records — nothing in the outcomes table${
+              o.selection.kind === 'batch' ? ' under this batch_id' : ''
+            }, nothing queued or in flight, nothing in the DLQ. Is the ${o.selection.kind === 'batch' ? 'batch id' : 'key file'} right, and were the records sent?`
+          : `${what}: ${t.pending} of ${o.expected} records are not accounted for: no final outcome${
+              o.selection.kind === 'batch' ? ' under this batch_id' : ''
+            }, nothing queued or in flight, not in the DLQ.${
+              o.selection.kind === 'batch'
+                ? ' A record sent before under another batch keeps its first batch; is the expected count right?'
+                : ''
+            }`;
+      return report('missing', EXIT.badTask, message);
+    }
+    if (o.timeoutMs !== undefined && deps.now() - started >= o.timeoutMs) {
+      return report(
+        'timeout',
+        EXIT.transient,
+        `${what}: timed out after ${Math.round(o.timeoutMs / 1000)} s with ${t.pending} of ${o.expected} records not ended`,
+      );
+    }
+    deps.onProgress?.(report('done', EXIT.ok, ''));
+    await deps.sleep(o.intervalMs);
+  }
+}
+
+interface WaitCliOptions extends StackOptions {
+  batch?: string;
+  keys?: string;
+  expect?: string;
+  counts?: string;
+  timeout?: string;
+  interval: string;
+  json?: boolean;
+}
+
+export function registerWait(program: Command): void {
+  addStackOptions(
+    program
+      .command('wait')
+      .description(
+        'Wait until every record of a batch (or of a key file) has a final outcome or is in the DLQ; the exit code says how it ended',
+      ),
+  )
+    .option('--batch <id>', 'wait for this batch_id (needs --expect N or --counts FILE)')
+    .option('--keys <file>', 'wait for these record keys (one per line, or the JSON lines of a job file)')
+    .option('--expect <n>', 'records the batch holds (threadgate enqueue prints it)')
+    .option(
+      '--counts <file>',
+      'read the expected count from the file `threadgate enqueue --counts FILE` wrote',
+    )
+    .option('--timeout <seconds>', 'give up after this long (exit 4); default: no limit')
+    .option('--interval <seconds>', 'seconds between looks', '2')
+    .option('--json', 'print the final report as JSON on stdout')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ threadgate enqueue jobs.jsonl --counts counts.json && threadgate wait --batch nightly-1 --counts counts.json\n' +
+        '  $ threadgate wait --batch nightly-1 --expect 5000 --timeout 3600 --json\n' +
+        '  $ threadgate wait --keys jobs.jsonl\n' +
+        'Exit codes: 0 all submitted; 2 some failed, were rejected or are in the DLQ, or records are missing\n' +
+        '(no such batch); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout.\n',
+    )
+    .action(async (options: WaitCliOptions) => {
+      const selection = await selectionFrom(options);
+      if (!selection) throw new CliError('pass --batch ID or --keys FILE', EXIT.usage);
+      const expected = await expectedCount(selection, options);
+      const intervalMs = positiveSeconds(options.interval, '--interval') * 1000;
+      const timeoutMs =
+        options.timeout === undefined ? undefined : positiveSeconds(options.timeout, '--timeout') * 1000;
+      await withStack(options, async (aws, stack) => {
+        const store = new OutcomesStore({
+          client: aws.clients.dynamodb,
+          tableName: output(stack, 'TableName'),
+        });
+        const control = pipelineControl(aws, stack);
+        const queueUrl = output(stack, 'QueueUrl');
+        const dlqUrl = output(stack, 'DlqUrl');
+        const progress = new Progress({
+          label: `wait ${describeSelection(selection)}`,
+          unit: 'records',
+          total: expected,
+        });
+        const report = await waitForRecords(
+          {
+            look: async () => {
+              const [rows, pipeline, queueIdle] = await Promise.all([
+                selectedRows(store, selection),
+                control.readState(),
+                isQueueIdle(aws, queueUrl),
+              ]);
+              return { rows, pipeline, queueIdle };
+            },
+            dlq: () => peekDlq(aws, dlqUrl),
+            now: Date.now,
+            sleep: (ms) => sleep(ms),
+            onProgress: (r) => {
+              progress.setDetail(countsText(r.counts));
+              progress.update(r.ended);
+            },
+          },
+          { selection, expected, intervalMs, timeoutMs },
+        );
+        progress.setDetail(countsText(report.counts));
+        progress.update(report.ended);
+        progress.finish();
+        if (options.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+        else process.stdout.write(`${report.message}\n${countsText(report.counts)}\n`);
+        process.exitCode = report.exit_code;
+      });
+    });
+}
+
+function positiveSeconds(raw: string, flag: string): number {
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n <= 0)
+    throw new CliError(`${flag} must be a positive number of seconds, got "${raw}"`, EXIT.usage);
+  return n;
+}
+
+async function expectedCount(selection: Selection, o: WaitCliOptions): Promise<number> {
+  if (selection.kind === 'keys') {
+    if (o.expect !== undefined || o.counts !== undefined) {
+      throw new CliError(
+        '--expect and --counts go with --batch; with --keys every key is expected',
+        EXIT.usage,
+      );
+    }
+    return selection.keys.length;
+  }
+  if (o.expect !== undefined && o.counts !== undefined) {
+    throw new CliError('pass --expect N or --counts FILE, not both', EXIT.usage);
+  }
+  if (o.expect !== undefined) {
+    const n = Number(o.expect);
+    if (!Number.isInteger(n) || n < 1)
+      throw new CliError(`--expect must be a positive integer, got "${o.expect}"`, EXIT.usage);
+    return n;
+  }
+  if (o.counts !== undefined) {
+    const counts = await readCountsFile(o.counts);
+    const n = counts[selection.batchId];
+    if (n === undefined) {
+      const known = Object.keys(counts);
+      throw new CliError(
+        `--counts ${o.counts} has no count for batch ${JSON.stringify(selection.batchId)}${
+          known.length ? ` (it has ${known.map((k) => JSON.stringify(k)).join(', ')})` : ''
+        }: the batch is missing there; pass --expect N if you know the count`,
+        EXIT.badTask,
+      );
+    }
+    return n;
+  }
+  throw new CliError(
+    '--batch needs the number of records to wait for: --expect N, or --counts FILE as written by `threadgate enqueue --counts FILE`',
+    EXIT.usage,
+  );
+}
+
+/** The `{batch_id: records}` file `threadgate enqueue --counts FILE` writes. */
+export async function readCountsFile(file: string): Promise<Record<string, number>> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CliError(
+      `cannot read --counts ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      EXIT.usage,
+    );
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new CliError(`--counts ${file} is not JSON`, EXIT.usage);
+  }
+  if (
+    parsed === null ||
+    typeof parsed !== 'object' ||
+    Array.isArray(parsed) ||
+    Object.values(parsed).some((v) => !Number.isInteger(v) || (v as number) < 0)
+  ) {
+    throw new CliError(`--counts ${file} must be a JSON object of batch_id → record count`, EXIT.usage);
+  }
+  return parsed as Record<string, number>;
+}
+
+async function isQueueIdle(aws: AwsContext, queueUrl: string): Promise<boolean> {
+  const q = await queueCounts(aws, queueUrl);
+  return q.visible + q.notVisible + q.delayed === 0;
+}
+
+/** At most this many DLQ messages are looked at per peek. */
+const DLQ_PEEK_LIMIT = 1_000;
+
+/**
+ * Reads the DLQ's messages without consuming them: they stay hidden while the peek goes on
+ * (so it sees each one once) and are made visible again at its end.
+ */
+async function peekDlq(aws: AwsContext, dlqUrl: string): Promise<DlqHit[]> {
+  const seen = new Map<string, DlqHit>();
+  const handles: string[] = [];
+  try {
+    while (seen.size < DLQ_PEEK_LIMIT) {
+      const out = await aws.clients.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: dlqUrl,
+          MaxNumberOfMessages: 10,
+          VisibilityTimeout: 30,
+          WaitTimeSeconds: 0,
+          MessageAttributeNames: ['All'],
+        }),
+      );
+      const messages = out.Messages ?? [];
+      for (const m of messages) if (m.ReceiptHandle) handles.push(m.ReceiptHandle);
+      const fresh = messages.filter((m) => m.MessageId && !seen.has(m.MessageId));
+      if (fresh.length === 0) break;
+      for (const m of fresh) seen.set(m.MessageId!, dlqHitOf(m));
+    }
+  } finally {
+    for (let i = 0; i < handles.length; i += 10) {
+      await aws.clients.sqs
+        .send(
+          new ChangeMessageVisibilityBatchCommand({
+            QueueUrl: dlqUrl,
+            Entries: handles
+              .slice(i, i + 10)
+              .map((ReceiptHandle, j) => ({ Id: String(j), ReceiptHandle, VisibilityTimeout: 0 })),
+          }),
+        )
+        .catch(() => undefined); // they turn visible after 30 s anyway
+    }
+  }
+  return [...seen.values()];
+}
+
+function dlqHitOf(message: Message): DlqHit {
+  const body = message.Body ?? '';
+  const attribute = message.MessageAttributes?.record_key?.StringValue;
+  const verdict = validateJobMessage(body);
+  const batchId = batchIdOf(body);
+  const recordKey = verdict.ok ? verdict.job.record_key : (verdict.recordKey ?? attribute);
+  return { ...(recordKey !== undefined ? { recordKey } : {}), ...(batchId !== undefined ? { batchId } : {}) };
+}
