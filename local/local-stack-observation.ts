@@ -4,6 +4,7 @@ import {
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
+import { readCap } from '../functions/shared/cap-policy.js';
 import type { LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
@@ -93,10 +94,14 @@ export async function readDlq(
   return [...seen.values()];
 }
 
-/** The cap the pipeline runs at now: the poller's limit locally, else min(reserved, mapping maximum). */
+/** The cap in force now: the local runtime's poller limit, else (LocalStack) read back from the deployment. */
 export async function currentCap(stack: LocalStack): Promise<number> {
   const mapping = stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
-  if (mapping) return mapping.enabled ? mapping.limit : 0;
-  const m = await stack.control.readMapping();
-  return m.enabled ? (m.maximumConcurrency ?? 0) : 0;
+  if (mapping) return mapping.limit;
+  const reading = await readCap({
+    lambda: stack.lambda,
+    control: stack.control,
+    workerFunctionName: stack.outputs.WorkerFunctionName,
+  });
+  return reading.cap ?? 0;
 }

@@ -14,6 +14,7 @@ import {
 } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { capInForce } from '../functions/shared/cap-policy.js';
 import { CodeCache } from './runtime/code-cache.js';
 import { FunctionHost } from './runtime/function-host.js';
 import { LogSink } from './runtime/log-sink.js';
@@ -42,8 +43,8 @@ export type {
  * runs none of them. It reads the deployed configuration back from the emulator and behaves
  * like Lambda's SQS poller and EventBridge's scheduler:
  *
- * - each SQS event source mapping is polled with concurrency = min(reserved concurrency,
- *   ScalingConfig.MaximumConcurrency), re-read every `refreshMs`, so the cap adjuster's
+ * - each SQS event source mapping is polled with concurrency = the cap in force
+ *   (functions/shared/cap-policy.ts capInForce), re-read every `refreshMs`, so the cap adjuster's
  *   changes take effect and a disabled mapping stops polling (invocations already running
  *   finish);
  * - each invocation runs the bundle CDK built (downloaded from the emulator's S3, where
@@ -195,10 +196,12 @@ export class LocalRuntime {
       for (const m of sqsMappings) {
         const host = this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
         const mapping = await this.lambda.send(new GetEventSourceMappingCommand({ UUID: m.UUID }));
-        const limit = Math.min(
-          host.stats.reservedConcurrency ?? this.unreservedLimit,
-          mapping.ScalingConfig?.MaximumConcurrency ?? this.unreservedLimit,
-        );
+        // As many as the poller will run once the mapping is enabled.
+        const limit =
+          capInForce({
+            reservedConcurrency: host.stats.reservedConcurrency,
+            mappingMaximum: mapping.ScalingConfig?.MaximumConcurrency,
+          }) ?? this.unreservedLimit;
         wanted.set(host, (wanted.get(host) ?? 0) + limit);
       }
       for (const { targets } of rules) {

@@ -13,12 +13,8 @@ import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secre
 import { CreateQueueCommand, GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import {
-  type AdjustCapDeps,
-  adjustCap,
-  type CapMetricName,
-  type CapSettings,
-} from '../functions/shared/cap.js';
+import { type AdjustCapDeps, adjustCap, type CapMetricName } from '../functions/shared/cap.js';
+import type { CapSettings } from '../functions/shared/cap-policy.js';
 import { CaptchaAiClient } from '../functions/shared/captchaai/client.js';
 import { PipelineControl, type PipelineState } from '../functions/shared/pipeline-control.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../local/captchaai-standin.js';

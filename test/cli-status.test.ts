@@ -83,7 +83,7 @@ describe('threadgate status', () => {
       reservedConcurrency: 6,
       mappingMaximumConcurrency: 6,
       batchSize: 1,
-      plan: { threads: 10, workingThreads: 0, reserve: 2, targetCap: 8 },
+      plan: { threads: 10, workingThreads: 0, reserve: 2, minCap: 1, maxCap: 1000, targetCap: 8 },
       queue: { depth: 2, inFlight: 1 },
       dlq: { depth: 2 },
       outcomes: { submitted: 2, failed: 1, in_progress: 0, rejected: 0, stopped: 0 },
@@ -113,8 +113,12 @@ describe('threadgate status', () => {
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/pipeline\s+PAUSED \(mapping Disabled\)/);
     expect(run.stdout).toMatch(/reason\s+target maintenance \[by operator/);
-    expect(run.stdout).toMatch(/cap\s+6 \(reserved concurrency 6, mapping maximum 6, batch size 1\)/);
-    expect(run.stdout).toMatch(/plan\s+10 threads, 0 working; target cap 10 − reserve 2 = 8/);
+    expect(run.stdout).toMatch(
+      /cap\s+0 while paused \(reserved concurrency 6, mapping maximum 6, batch size 1\)/,
+    );
+    expect(run.stdout).toMatch(
+      /plan\s+10 threads, 0 working; target cap 8 \(10 − reserve 2, within 1–1000\)/,
+    );
     expect(run.stdout).toMatch(/queue\s+2 waiting, 1 in flight/);
     expect(run.stdout).toMatch(/dlq\s+2 waiting/);
     expect(run.stdout).toMatch(

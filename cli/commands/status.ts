@@ -1,7 +1,9 @@
-import { GetFunctionConcurrencyCommand, GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
+import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
+import { readCapSettings } from '../../functions/shared/cap.js';
+import { type CapSettings, computeCap, readCap } from '../../functions/shared/cap-policy.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
   type AwsContext,
@@ -41,13 +43,25 @@ export interface StatusReport {
     since?: string;
     by?: string;
   };
-  /** Solves allowed in flight: the lower of reserved concurrency and the mapping maximum. */
+  /**
+   * The cap in force: solves allowed in flight now (functions/shared/cap-policy.ts capInForce):
+   * the lower of reserved concurrency and the mapping maximum, 0 while paused, null when neither is set.
+   */
   cap: number | null;
   reservedConcurrency: number | null;
   mappingMaximumConcurrency: number | null;
   batchSize: number | null;
   plan:
-    | { threads: number; workingThreads: number; reserve: number | null; targetCap: number | null }
+    | {
+        threads: number;
+        workingThreads: number;
+        /** The adjuster's settings (null when its environment cannot be read). */
+        reserve: number | null;
+        minCap: number | null;
+        maxCap: number | null;
+        /** What the adjuster will set: computeCap(threads, its settings). */
+        targetCap: number | null;
+      }
     | { error: string };
   queue: { depth: number; inFlight: number; delayed: number };
   dlq: { depth: number; inFlight: number };
@@ -104,20 +118,16 @@ export async function collectStatus(
   const control = pipelineControl(aws, stack);
   const worker = output(stack, 'WorkerFunctionName');
   const warnings: string[] = [];
-  const [mapping, state, reserved, queue, dlq, plan, outcomes] = await Promise.all([
-    control.readMapping(),
-    control.readState(),
-    aws.clients.lambda
-      .send(new GetFunctionConcurrencyCommand({ FunctionName: worker }))
-      .then((o) => o.ReservedConcurrentExecutions ?? null),
+  const [reading, queue, dlq, plan, outcomes] = await Promise.all([
+    readCap({ lambda: aws.clients.lambda, control, workerFunctionName: worker }),
     queueCounts(aws, output(stack, 'QueueUrl')),
     queueCounts(aws, output(stack, 'DlqUrl')),
     planStatus(aws, stack),
     countOutcomes ? outcomesByStatus(aws, output(stack, 'TableName')) : Promise.resolve(null),
   ]);
-  const maximum = mapping.maximumConcurrency ?? null;
-  const limits = [reserved, maximum].filter((n): n is number => n !== null);
-  const cap = limits.length ? Math.min(...limits) : null;
+  const { mapping, state } = reading;
+  const reserved = reading.knobs.reservedConcurrency ?? null;
+  const maximum = reading.knobs.mappingMaximum ?? null;
   if (state.paused && mapping.enabled) {
     warnings.push(
       'the pipeline state says paused but the mapping is enabled; run `threadgate pause` or `threadgate resume` to make them agree',
@@ -149,7 +159,7 @@ export async function collectStatus(
       since: state.since,
       by: state.by,
     },
-    cap,
+    cap: reading.cap ?? null,
     reservedConcurrency: reserved,
     mappingMaximumConcurrency: maximum,
     batchSize: mapping.batchSize ?? null,
@@ -186,26 +196,27 @@ async function planStatus(aws: AwsContext, stack: ThreadgateStack): Promise<Stat
   try {
     const access = await captchaAiAccess(aws, stack);
     const info = await (await access.client()).threadsInfo();
-    const reserve = await adjusterReserve(aws, stack);
+    const settings = await adjusterCapSettings(aws, stack);
     return {
       threads: info.threads,
       workingThreads: info.workingThreads,
-      reserve,
-      targetCap: reserve === null ? null : Math.max(0, info.threads - reserve),
+      reserve: settings?.reserve ?? null,
+      minCap: settings?.minCap ?? null,
+      maxCap: settings?.maxCap ?? null,
+      targetCap: settings ? computeCap(info.threads, settings) : null,
     };
   } catch (err) {
     return { error: err instanceof Error ? err.message : String(err) };
   }
 }
 
-async function adjusterReserve(aws: AwsContext, stack: ThreadgateStack): Promise<number | null> {
+/** The cap settings the adjuster runs with, parsed from its environment as the adjuster parses them. */
+async function adjusterCapSettings(aws: AwsContext, stack: ThreadgateStack): Promise<CapSettings | null> {
   const name = stack.outputs.AdjusterFunctionName;
   if (!name) return null;
   try {
     const out = await aws.clients.lambda.send(new GetFunctionConfigurationCommand({ FunctionName: name }));
-    const raw = out.Environment?.Variables?.RESERVE;
-    const n = raw === undefined ? Number.NaN : Number(raw);
-    return Number.isFinite(n) ? n : null;
+    return readCapSettings(out.Environment?.Variables ?? {});
   } catch {
     return null;
   }
@@ -237,7 +248,7 @@ export function renderStatus(r: StatusReport): string {
     lines.push(`  reason     ${p.reason ?? '(none recorded)'}${detail ? ` [${detail}]` : ''}`);
   }
   lines.push(
-    `cap          ${r.cap ?? 'none'} (reserved concurrency ${r.reservedConcurrency ?? 'none'}, mapping maximum ${
+    `cap          ${r.cap ?? 'none'}${p.enabled && !p.paused ? '' : ' while paused'} (reserved concurrency ${r.reservedConcurrency ?? 'none'}, mapping maximum ${
       r.mappingMaximumConcurrency ?? 'none'
     }, batch size ${r.batchSize ?? '?'})`,
   );
@@ -246,7 +257,7 @@ export function renderStatus(r: StatusReport): string {
     const target =
       r.plan.targetCap === null
         ? ''
-        : `; target cap ${r.plan.threads} − reserve ${r.plan.reserve} = ${r.plan.targetCap}`;
+        : `; target cap ${r.plan.targetCap} (${r.plan.threads} − reserve ${r.plan.reserve}, within ${r.plan.minCap}–${r.plan.maxCap})`;
     lines.push(`plan         ${r.plan.threads} threads, ${r.plan.workingThreads} working${target}`);
   }
   lines.push(
@@ -353,7 +364,7 @@ async function watch(
       samples.push({
         at: now,
         inFlight: report.queue.inFlight,
-        cap: report.pipeline.enabled ? report.cap : 0,
+        cap: report.cap,
       });
       while (samples.length && (samples[0]?.at ?? now) < now - o.windowMs) samples.shift();
       if (options.json) {

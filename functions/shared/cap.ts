@@ -1,46 +1,32 @@
 import {
   DeleteFunctionConcurrencyCommand,
-  GetFunctionConcurrencyCommand,
   type LambdaClient,
   PutFunctionConcurrencyCommand,
   UpdateEventSourceMappingCommand,
 } from '@aws-sdk/client-lambda';
+import {
+  type CapKnobs,
+  type CapSettings,
+  capInForce,
+  computeCap,
+  MIN_MAPPING_MAX_CONCURRENCY,
+  mappingMaximumFor,
+  readCap,
+} from './cap-policy.js';
 import type { ThreadsInfo } from './captchaai/types.js';
 import { type Env, optionalNumber, requireString } from './env.js';
 import { ConfigError, StopClassError } from './errors.js';
-import {
-  type MappingInfo,
-  type PipelineControl,
-  type PipelineState,
-  stopReason,
-} from './pipeline-control.js';
+import { type PipelineControl, type PipelineState, stopReason } from './pipeline-control.js';
 
 /**
- * The cap: how many solves may be in flight at once. It is applied through two knobs on the
- * worker — reserved concurrency (the hard ceiling) and the SQS mapping's MaximumConcurrency
- * (keeps the poller from taking batches it could not run, so nothing is throttled and receive
- * counts stay honest). See docs/design.md "Cap mechanics".
+ * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
+ * cap a plan allows, the cap in force, the mapping maximum for a cap) is in ./cap-policy.ts.
  */
-export interface CapSettings {
-  /** Plan threads left for anything else using the key. */
-  reserve: number;
-  /** Lowest cap (>= 1; a cap of 0 would be a pause, which only PipelineControl does). */
-  minCap: number;
-  /** Highest cap (<= 1000, the mapping's limit). */
-  maxCap: number;
-}
 
-/** The mapping's MaximumConcurrency cannot be set below 2. */
-export const MIN_MAPPING_MAX_CONCURRENCY = 2;
 /** Who the adjuster says it is in the pipeline state. */
 export const ADJUSTER_ACTOR = 'cap-adjuster';
 /** Our code for "threadsinfo reports a plan of 0 threads". */
 export const NO_ACTIVE_PLAN = 'NO_ACTIVE_PLAN';
-
-/** cap = clamp(plan threads − reserve, minCap, maxCap). */
-export function computeCap(planThreads: number, settings: CapSettings): number {
-  return Math.min(settings.maxCap, Math.max(settings.minCap, planThreads - settings.reserve));
-}
 
 /** Reads the adjuster's configuration from its environment (see infra/constructs/cap-adjuster.ts). */
 export interface CapAdjusterConfig extends CapSettings {
@@ -51,19 +37,22 @@ export interface CapAdjusterConfig extends CapSettings {
   secretName: string;
 }
 
-export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
+/** The cap settings in the adjuster's environment (`threadgate status` reads them back the same way). */
+export function readCapSettings(env: Env): CapSettings {
   const minCap = optionalNumber(env, 'MIN_CAP', 1, { min: 1, max: 1000, integer: true });
   const maxCap = optionalNumber(env, 'MAX_CAP', 1000, { min: 1, max: 1000, integer: true });
   if (minCap > maxCap) throw new ConfigError('MIN_CAP', `must be <= MAX_CAP (${maxCap}), got ${minCap}`);
+  return { reserve: optionalNumber(env, 'RESERVE', 0, { min: 0, integer: true }), minCap, maxCap };
+}
+
+export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
   return {
     workerFunctionName: requireString(env, 'WORKER_FUNCTION_NAME'),
     queueArn: requireString(env, 'QUEUE_ARN'),
     stateParameterName: requireString(env, 'PIPELINE_STATE_PARAM'),
     captchaaiUrl: requireString(env, 'CAPTCHAAI_URL'),
     secretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
-    reserve: optionalNumber(env, 'RESERVE', 0, { min: 0, integer: true }),
-    minCap,
-    maxCap,
+    ...readCapSettings(env),
   };
 }
 
@@ -97,12 +86,6 @@ export interface AdjustCapDeps {
   logger?: LogSink;
 }
 
-/** The worker's concurrency knobs as found before a run; `undefined` = not set. */
-export interface CapKnobs {
-  reservedConcurrency: number | undefined;
-  mappingMaximum: number | undefined;
-}
-
 export type AdjustCapResult =
   | {
       /** `changed`: at least one knob was written; `unchanged`: both already matched. */
@@ -115,6 +98,8 @@ export type AdjustCapResult =
       externalThreadsBusy: number;
       /** PutFunctionConcurrency hit the account's unreserved minimum: the mapping maximum alone limits the worker. */
       reservedFallback: boolean;
+      /** The cap in force after the run (capInForce of `after`; 0 while paused). */
+      inForce: number | undefined;
       paused: boolean;
     }
   | {
@@ -122,6 +107,8 @@ export type AdjustCapResult =
       outcome: 'kept';
       reason: string;
       before: CapKnobs;
+      /** The cap in force, unchanged (capInForce of `before`; 0 while paused). */
+      inForce: number | undefined;
       paused: boolean;
     }
   | {
@@ -130,6 +117,8 @@ export type AdjustCapResult =
       code: string;
       reason: string;
       before: CapKnobs;
+      /** Always 0: nothing is polled while paused. */
+      inForce: 0;
       alreadyPaused: boolean;
     };
 
@@ -147,14 +136,15 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   const logger = deps.logger ?? silentLogger;
   const metric = (name: CapMetricName, value: number) => deps.metrics?.addMetric(name, 'Count', value);
 
-  const [state, mapping, reserved] = await Promise.all([
-    control.readState(),
-    control.readMapping(),
-    readReservedConcurrency(lambda, deps.workerFunctionName),
-  ]);
-  const before: CapKnobs = { reservedConcurrency: reserved, mappingMaximum: mapping.maximumConcurrency };
-  const paused = isPaused(state, mapping);
-  const effectiveBefore = effectiveCap(before);
+  const {
+    state,
+    mapping,
+    knobs: before,
+    paused,
+    cap: inForceBefore,
+  } = await readCap({ lambda, control, workerFunctionName: deps.workerFunctionName });
+  // What the knobs hold while running (the pause aside): the baseline for lowering or raising.
+  const effectiveBefore = capInForce(before);
 
   let info: ThreadsInfo;
   try {
@@ -171,7 +161,13 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     });
     if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
     metric('PipelinePaused', paused ? 1 : 0);
-    return { outcome: 'kept', reason: `threadsinfo failed: ${describe(err)}`, before, paused };
+    return {
+      outcome: 'kept',
+      reason: `threadsinfo failed: ${describe(err)}`,
+      before,
+      inForce: inForceBefore,
+      paused,
+    };
   }
 
   metric('PlanThreads', info.threads);
@@ -244,12 +240,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
 
   const setMapping = async (): Promise<void> => {
     // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
-    const wanted =
-      cap >= MIN_MAPPING_MAX_CONCURRENCY
-        ? cap
-        : reservedFallback || after.reservedConcurrency === undefined
-          ? MIN_MAPPING_MAX_CONCURRENCY
-          : undefined;
+    const wanted = mappingMaximumFor(cap, !reservedFallback && after.reservedConcurrency !== undefined);
     if (after.mappingMaximum === wanted) return;
     await lambda.send(
       new UpdateEventSourceMappingCommand({
@@ -282,7 +273,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     });
     if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
     metric('PipelinePaused', paused ? 1 : 0);
-    return { outcome: 'kept', reason: `busy: ${describe(err)}`, before, paused };
+    return { outcome: 'kept', reason: `busy: ${describe(err)}`, before, inForce: inForceBefore, paused };
   }
 
   metric('Cap', cap);
@@ -307,6 +298,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     workingThreads: info.workingThreads,
     externalThreadsBusy: external,
     reservedFallback,
+    inForce: capInForce(after, paused),
     paused,
   };
 }
@@ -327,30 +319,12 @@ async function pauseFor(
       pausedSince: state.since,
       pausedFor: state.code,
     });
-    return { outcome: 'paused', code, reason, before, alreadyPaused: true };
+    return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: true };
   }
   deps.metrics?.addMetric('StopEvents', 'Count', 1);
   logger.warn('pausing the pipeline', { code, reason });
   await deps.control.pause(reason, ADJUSTER_ACTOR, code);
-  return { outcome: 'paused', code, reason, before, alreadyPaused: false };
-}
-
-async function readReservedConcurrency(
-  lambda: LambdaClient,
-  functionName: string,
-): Promise<number | undefined> {
-  const out = await lambda.send(new GetFunctionConcurrencyCommand({ FunctionName: functionName }));
-  const value = out.ReservedConcurrentExecutions;
-  return value === undefined || value === null ? undefined : Number(value);
-}
-
-/** The limit in force: the reservation when there is one, else the mapping maximum. */
-function effectiveCap(knobs: CapKnobs): number | undefined {
-  return knobs.reservedConcurrency ?? knobs.mappingMaximum;
-}
-
-function isPaused(state: PipelineState, mapping: MappingInfo): boolean {
-  return state.paused || !mapping.enabled;
+  return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: false };
 }
 
 /** "…decreases account's UnreservedConcurrentExecution below its minimum value of [100]." */

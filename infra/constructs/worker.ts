@@ -6,14 +6,13 @@ import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { mappingMaximumFor } from '../../functions/shared/cap-policy.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
 
 /** Powertools metrics namespace shared by the worker and the cap adjuster. */
 export const METRICS_NAMESPACE = 'Threadgate';
-/** The mapping's MaximumConcurrency cannot be below 2; a cap of 1 relies on reserved concurrency alone. */
-export const MIN_MAPPING_MAX_CONCURRENCY = 2;
 
 export interface WorkerProps {
   readonly config: ThreadgateConfig;
@@ -77,7 +76,8 @@ export class Worker extends Construct {
     this.mapping = new sources.SqsEventSource(props.queue, {
       batchSize: 1,
       reportBatchItemFailures: true,
-      maxConcurrency: config.initialCap >= MIN_MAPPING_MAX_CONCURRENCY ? config.initialCap : undefined,
+      // Reserved concurrency = initialCap holds the cap, so a cap of 1 needs no mapping maximum.
+      maxConcurrency: mappingMaximumFor(config.initialCap, true),
       enabled: true,
     });
     this.bundled.fn.addEventSource(this.mapping);

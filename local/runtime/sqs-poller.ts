@@ -7,6 +7,7 @@ import {
   type Message,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
+import { capInForce } from '../../functions/shared/cap-policy.js';
 import type { LocalRuntime } from '../runtime.js';
 import type { FunctionHost } from './function-host.js';
 import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
@@ -84,11 +85,9 @@ export class SqsPoller {
     const maximum = m.ScalingConfig?.MaximumConcurrency;
     const reserved = this.host.stats.reservedConcurrency;
     // unreservedLimit stands in for the account's unreserved pool only when neither knob is set.
-    const limit = !enabled
-      ? 0
-      : reserved === undefined && maximum === undefined
-        ? this.runtime.unreservedLimit
-        : Math.min(reserved ?? Number.POSITIVE_INFINITY, maximum ?? Number.POSITIVE_INFINITY);
+    const limit =
+      capInForce({ reservedConcurrency: reserved, mappingMaximum: maximum }, !enabled) ??
+      this.runtime.unreservedLimit;
     this.reportBatchItemFailures = (m.FunctionResponseTypes ?? []).includes('ReportBatchItemFailures');
     const changed = limit !== this.stats.limit || enabled !== this.stats.enabled;
     Object.assign(this.stats, { enabled, batchSize, maximumConcurrency: maximum, limit });

@@ -60,7 +60,7 @@ export interface MappingStats {
   enabled: boolean;
   batchSize: number;
   maximumConcurrency: number | undefined;
-  /** Concurrency the poller uses now: min(reserved, maximum), 0 when disabled. */
+  /** Concurrency the poller uses now: the cap in force (capInForce), 0 when disabled. */
   limit: number;
   received: number;
   deleted: number;

@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { GetFunctionConcurrencyCommand, GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
+import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import {
   DeleteMessageBatchCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
 } from '@aws-sdk/client-sqs';
+import { readCap } from '../../functions/shared/cap-policy.js';
 import { REPO_ROOT } from '../../local/deploy.js';
 import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
 import {
@@ -111,17 +112,14 @@ export async function redriveByHand(stack: LocalStack): Promise<number> {
   }
 }
 
-/** The cap in force now, read back from the deployed mapping and reserved concurrency. */
+/** The cap in force now, read back from the deployed mapping and reserved concurrency (no limit: Infinity). */
 export async function deployedCap(stack: LocalStack): Promise<number> {
-  const mapping = await stack.control.readMapping();
-  const reserved = await stack.lambda.send(
-    new GetFunctionConcurrencyCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
-  );
-  if (!mapping.enabled) return 0;
-  return Math.min(
-    mapping.maximumConcurrency ?? Number.POSITIVE_INFINITY,
-    reserved.ReservedConcurrentExecutions ?? Number.POSITIVE_INFINITY,
-  );
+  const reading = await readCap({
+    lambda: stack.lambda,
+    control: stack.control,
+    workerFunctionName: stack.outputs.WorkerFunctionName,
+  });
+  return reading.cap ?? Number.POSITIVE_INFINITY;
 }
 
 /**
