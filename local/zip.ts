@@ -1,3 +1,5 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { crc32, deflateRawSync, inflateRawSync } from 'node:zlib';
 
 /**
@@ -7,6 +9,8 @@ import { crc32, deflateRawSync, inflateRawSync } from 'node:zlib';
 export interface ZipEntry {
   name: string;
   data: Buffer;
+  /** Unix mode from the external attributes (0 when the archive was not made on Unix). */
+  mode?: number;
 }
 
 const EOCD_SIGNATURE = 0x06054b50;
@@ -35,6 +39,8 @@ export function readZip(zip: Buffer): ZipEntry[] {
     if (zip.readUInt32LE(offset) !== CENTRAL_SIGNATURE) throw new ZipFormatError('corrupt central directory');
     const method = zip.readUInt16LE(offset + 10);
     const compressedSize = zip.readUInt32LE(offset + 20);
+    const madeOnUnix = zip.readUInt8(offset + 5) === 3;
+    const mode = madeOnUnix ? zip.readUInt32LE(offset + 38) >>> 16 : 0;
     const nameLength = zip.readUInt16LE(offset + 28);
     const extraLength = zip.readUInt16LE(offset + 30);
     const commentLength = zip.readUInt16LE(offset + 32);
@@ -46,8 +52,8 @@ export function readZip(zip: Buffer): ZipEntry[] {
     const dataStart =
       localOffset + 30 + zip.readUInt16LE(localOffset + 26) + zip.readUInt16LE(localOffset + 28);
     const raw = zip.subarray(dataStart, dataStart + compressedSize);
-    if (method === 0) entries.push({ name, data: Buffer.from(raw) });
-    else if (method === 8) entries.push({ name, data: inflateRawSync(raw) });
+    if (method === 0) entries.push({ name, data: Buffer.from(raw), mode });
+    else if (method === 8) entries.push({ name, data: inflateRawSync(raw), mode });
     else throw new ZipFormatError(`entry ${name} uses unsupported compression method ${method}`);
   }
   return entries;
@@ -72,14 +78,14 @@ export function writeZip(entries: ZipEntry[]): Buffer {
     local.writeUInt16LE(name.length, 26);
     const central = Buffer.alloc(46);
     central.writeUInt32LE(CENTRAL_SIGNATURE, 0);
-    central.writeUInt16LE(20, 4);
+    central.writeUInt16LE(0x0314, 4); // version made by: 3 = Unix, so the mode below counts
     central.writeUInt16LE(20, 6);
     central.writeUInt16LE(8, 10);
     central.writeUInt32LE(crc, 16);
     central.writeUInt32LE(compressed.length, 20);
     central.writeUInt32LE(entry.data.length, 24);
     central.writeUInt16LE(name.length, 28);
-    central.writeUInt32LE(0o100644 * 0x10000, 38);
+    central.writeUInt32LE((entry.mode ?? 0o100644) * 0x10000, 38);
     central.writeUInt32LE(offset, 42);
     locals.push(local, name, compressed);
     centrals.push(central, name);
@@ -93,4 +99,40 @@ export function writeZip(entries: ZipEntry[]): Buffer {
   eocd.writeUInt32LE(centralSize, 12);
   eocd.writeUInt32LE(offset, 16);
   return Buffer.concat([...locals, ...centrals, eocd]);
+}
+
+const S_IFMT = 0o170000;
+const S_IFREG = 0o100000;
+
+/**
+ * Unpacks `zip` into `folder`, refusing every entry that would land outside it: a `..`
+ * segment, an absolute path (`/x`, `\\x`, `C:x`), a backslash or NUL in the name, and any entry
+ * that is not a plain file (a symlink entry could point anywhere, and a later entry written
+ * through it would follow). Nothing is written when an entry is refused. Returns the paths written.
+ */
+export function extractZip(zip: Buffer, folder: string): string[] {
+  const root = resolve(folder);
+  const planned = readZip(zip).map((entry) => {
+    const name = entry.name;
+    const refuse = (why: string) => new ZipFormatError(`zip entry ${JSON.stringify(name)} refused: ${why}`);
+    if (name.includes('\0')) throw refuse('NUL in the name');
+    if (name.includes('\\')) throw refuse('backslash in the name');
+    if (name.startsWith('/') || isAbsolute(name) || /^[A-Za-z]:/.test(name)) throw refuse('absolute path');
+    if (name.split('/').some((part) => part === '..')) throw refuse('".." in the path');
+    const type = (entry.mode ?? 0) & S_IFMT;
+    if (type !== 0 && type !== S_IFREG)
+      throw refuse(type === 0o120000 ? 'symbolic link' : 'not a regular file');
+    const target = resolve(join(root, name));
+    const rel = relative(root, target);
+    // Belt and braces after the checks above: the resolved path must sit strictly inside the folder.
+    if (rel === '' || rel.startsWith(`..${sep}`) || rel === '..' || isAbsolute(rel))
+      throw refuse('outside the folder');
+    return { target, data: entry.data };
+  });
+  for (const { target, data } of planned) {
+    mkdirSync(dirname(target), { recursive: true });
+    // wx: never write through something already there (a file or link from an earlier entry).
+    writeFileSync(target, data, { flag: 'wx' });
+  }
+  return planned.map((p) => p.target);
 }

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, normalize } from 'node:path';
+import { dirname, join } from 'node:path';
 import { GetObjectCommand, ListBucketsCommand, type S3Client } from '@aws-sdk/client-s3';
-import { readZip } from '../zip.js';
+import { extractZip } from '../zip.js';
 
 export interface CodeCacheOptions {
   /** The emulator's S3, where `cdk deploy` uploaded the bundles. */
@@ -54,11 +54,12 @@ export class CodeCache {
     }
     if (!zip) throw new Error(`code object ${objectKey} not found in the emulator's S3 buckets`);
     const staging = `${dir}.${process.pid}.${randomUUID().slice(0, 8)}`;
-    for (const entry of readZip(zip)) {
-      const target = normalize(join(staging, entry.name));
-      if (!target.startsWith(staging)) throw new Error(`zip entry escapes the code folder: ${entry.name}`);
-      mkdirSync(dirname(target), { recursive: true });
-      writeFileSync(target, entry.data);
+    mkdirSync(staging, { recursive: true });
+    try {
+      extractZip(zip, staging);
+    } catch (err) {
+      rmSync(staging, { recursive: true, force: true });
+      throw err;
     }
     // Lambda loads a `.js` handler without a package.json above it as CommonJS. The cache may sit
     // inside an ESM package (this repository is one), so say what Lambda would assume.
