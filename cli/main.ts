@@ -19,8 +19,11 @@ export function endQuietlyOnClosedPipe(stream: NodeJS.WriteStream, exit = () => 
   });
 }
 
-/** Builds the `threadgate` program; exported so tests can drive it without a child process. */
-export function buildProgram(): Command {
+/**
+ * Builds the `threadgate` program for `argv` (as in process.argv): only the command it names is
+ * loaded. Exported so tests can drive it without a child process.
+ */
+export async function buildProgram(argv: readonly string[]): Promise<Command> {
   const program = new Command('threadgate')
     .description(
       'Solve CAPTCHAs for distributed jobs through CaptchaAI without exceeding the plan thread limit.',
@@ -38,7 +41,7 @@ export function buildProgram(): Command {
       const { profile } = program.opts<{ profile?: string }>();
       if (profile) process.env.AWS_PROFILE = profile;
     });
-  registerCommands(program);
+  await registerCommands(program, argv.slice(2));
   return program;
 }
 
@@ -46,8 +49,8 @@ export async function main(argv: string[]): Promise<void> {
   endQuietlyOnClosedPipe(process.stdout);
   // Nothing sensible can be said once stderr is gone: stop quietly too.
   endQuietlyOnClosedPipe(process.stderr);
-  const program = buildProgram();
   try {
+    const program = await buildProgram(argv);
     await program.parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {

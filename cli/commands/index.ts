@@ -1,35 +1,50 @@
 import type { Command } from 'commander';
-import { registerBench } from './bench.js';
-import { registerEnqueue } from './enqueue.js';
-import { registerLocal } from './local.js';
-import { registerOutcomes } from './outcomes.js';
-import { registerPause } from './pause.js';
-import { registerRedrive } from './redrive.js';
-import { registerResume } from './resume.js';
-import { registerSecret } from './secret.js';
-import { registerSolveCommand } from './solve.js';
-import { registerStandinCommand } from './standin.js';
-import { registerStatus } from './status.js';
-import { registerThreadsCommand } from './threads.js';
-import { registerWait } from './wait.js';
+
+type Register = (program: Command) => void;
 
 /**
  * Every sub-command lives in its own file in this folder and exports a `register…` function;
- * this list is the one place that wires them into the program.
+ * this list is the one place that wires them into the program. Each file is imported only
+ * when its command is the one being run, so `threadgate status --help` does not load the
+ * local stack or the benchmark.
  */
-export function registerCommands(program: Command): void {
-  void program;
-  registerSolveCommand(program);
-  registerThreadsCommand(program);
-  registerStandinCommand(program);
-  registerEnqueue(program);
-  registerStatus(program);
-  registerOutcomes(program);
-  registerWait(program);
-  registerPause(program);
-  registerResume(program);
-  registerRedrive(program);
-  registerSecret(program);
-  registerBench(program);
-  registerLocal(program);
+const COMMANDS: Record<string, () => Promise<Register>> = {
+  solve: async () => (await import('./solve.js')).registerSolveCommand,
+  threads: async () => (await import('./threads.js')).registerThreadsCommand,
+  standin: async () => (await import('./standin.js')).registerStandinCommand,
+  enqueue: async () => (await import('./enqueue.js')).registerEnqueue,
+  status: async () => (await import('./status.js')).registerStatus,
+  outcomes: async () => (await import('./outcomes.js')).registerOutcomes,
+  wait: async () => (await import('./wait.js')).registerWait,
+  pause: async () => (await import('./pause.js')).registerPause,
+  resume: async () => (await import('./resume.js')).registerResume,
+  redrive: async () => (await import('./redrive.js')).registerRedrive,
+  secret: async () => (await import('./secret.js')).registerSecret,
+  bench: async () => (await import('./bench.js')).registerBench,
+  local: async () => (await import('./local.js')).registerLocal,
+};
+
+/**
+ * Registers the command named in `args` (the user's arguments, without node and the script),
+ * or every command when there is none, it is `help`, or it is unknown (the overall help and
+ * commander's "did you mean" need them all).
+ */
+export async function registerCommands(program: Command, args: readonly string[]): Promise<void> {
+  const name = commandName(program, args);
+  const wanted = name !== undefined && Object.hasOwn(COMMANDS, name) ? [name] : Object.keys(COMMANDS);
+  const registers = await Promise.all(wanted.map((n) => (COMMANDS[n] as () => Promise<Register>)()));
+  for (const register of registers) register(program);
+}
+
+/** The first argument that is neither a program option nor the value of one. */
+function commandName(program: Command, args: readonly string[]): string | undefined {
+  const takesValue = new Set(
+    program.options.filter((o) => o.required || o.optional).flatMap((o) => [o.long, o.short]),
+  );
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (!arg.startsWith('-')) return arg;
+    if (takesValue.has(arg)) i++;
+  }
+  return undefined;
 }
