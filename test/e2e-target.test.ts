@@ -39,9 +39,9 @@ describe('end-to-end assertions chosen by target', () => {
     );
   });
 
-  it('expects the reserved concurrency and the mapping maximum both at the cap', () => {
+  it('expects the reserved concurrency and the mapping maximum both at the cap, and no maximum for a cap of 1', () => {
     expect(expectedKnobs(2)).toEqual({ reservedConcurrency: 2, mappingMaximum: 2 });
     expect(expectedKnobs(10)).toEqual({ reservedConcurrency: 10, mappingMaximum: 10 });
-    expect(() => expectedKnobs(1)).toThrow('a cap of 1 leaves no mapping maximum');
+    expect(expectedKnobs(1)).toEqual({ reservedConcurrency: 1, mappingMaximum: undefined });
   });
 });

@@ -1,4 +1,4 @@
-import { GetFunctionConcurrencyCommand } from '@aws-sdk/client-lambda';
+import { type CapKnobs, mappingMaximumFor, readCap } from '../../functions/shared/cap-policy.js';
 import type { LocalStack } from '../../local/local-stack.js';
 
 /**
@@ -73,27 +73,24 @@ export function expectationsFor(target: E2eTarget): TargetExpectations {
 }
 
 /**
- * The reserved concurrency and mapping maximum the adjuster leaves for `cap` (functions/shared/
- * cap.ts): both equal to the cap while the cap is at least 2, the mapping's minimum.
+ * The reserved concurrency and mapping maximum the adjuster leaves for `cap` when the account
+ * lets it reserve (LocalStack and moto do): the cap policy's own rule, not a copy of it.
  */
-export function expectedKnobs(cap: number): { reservedConcurrency: number; mappingMaximum: number } {
-  if (cap < 2) throw new Error(`expectedKnobs: a cap of ${cap} leaves no mapping maximum; use 2 or more`);
-  return { reservedConcurrency: cap, mappingMaximum: cap };
+export function expectedKnobs(cap: number): {
+  reservedConcurrency: number;
+  mappingMaximum: number | undefined;
+} {
+  return { reservedConcurrency: cap, mappingMaximum: mappingMaximumFor(cap, true) };
 }
 
-/** The cap knobs as deployed now: reserved concurrency and the mapping's maximum and state. */
-export async function readKnobs(stack: Pick<LocalStack, 'lambda' | 'control' | 'outputs'>): Promise<{
-  reservedConcurrency: number | undefined;
-  mappingMaximum: number | undefined;
-  enabled: boolean;
-}> {
-  const [reserved, mapping] = await Promise.all([
-    stack.lambda.send(new GetFunctionConcurrencyCommand({ FunctionName: stack.outputs.WorkerFunctionName })),
-    stack.control.readMapping(),
-  ]);
-  return {
-    reservedConcurrency: reserved.ReservedConcurrentExecutions,
-    mappingMaximum: mapping.maximumConcurrency,
-    enabled: mapping.enabled,
-  };
+/** The cap knobs as deployed now (the cap policy's readCap), and whether the mapping is enabled. */
+export async function readKnobs(
+  stack: Pick<LocalStack, 'lambda' | 'control' | 'outputs'>,
+): Promise<CapKnobs & { enabled: boolean }> {
+  const reading = await readCap({
+    lambda: stack.lambda,
+    control: stack.control,
+    workerFunctionName: stack.outputs.WorkerFunctionName,
+  });
+  return { ...reading.knobs, enabled: reading.mapping.enabled };
 }
