@@ -3,7 +3,7 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SSMClient } from '@aws-sdk/client-ssm';
-import type { ScheduledEvent } from 'aws-lambda';
+import type { Context, ScheduledEvent } from 'aws-lambda';
 import {
   type AdjustCapResult,
   adjustCap,
@@ -28,7 +28,12 @@ let config: CapAdjusterConfig | undefined;
 let control: PipelineControl | undefined;
 let captchaai: RotatingCaptchaAiClient | undefined;
 
-export const handler = async (event: Partial<ScheduledEvent> = {}): Promise<AdjustCapResult> => {
+export const handler = async (
+  event: Partial<ScheduledEvent> = {},
+  context?: Context,
+): Promise<AdjustCapResult> => {
+  // Every log line of this run carries the request id, function name and cold start.
+  if (context) logger.addContext(context);
   config ??= readCapAdjusterConfig(process.env);
   // Kept across runs so the mapping UUID is looked up once per instance.
   control ??= new PipelineControl({

@@ -12,6 +12,7 @@ import {
 import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { CreateQueueCommand, GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
 import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import type { Context } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { type AdjustCapDeps, adjustCap, type CapMetricName } from '../functions/shared/cap.js';
 import type { CapSettings } from '../functions/shared/cap-policy.js';
@@ -576,9 +577,25 @@ describe('cap adjuster handler', () => {
     try {
       const { handler } = await import('../functions/cap-adjuster.js');
       // Act
-      const result = await handler({ time: '2026-01-01T00:00:00Z' });
+      const result = await handler({ time: '2026-01-01T00:00:00Z' }, {
+        functionName: 'tg-test-cap-adjuster',
+        awsRequestId: 'adjuster-req-1',
+      } as Context);
       // Assess
       expect(result).toMatchObject({ outcome: 'changed', cap: 3 });
+      const logLines = stdout
+        .lines()
+        .filter((l) => l.startsWith('{') && !l.includes('"_aws"'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      const messages = logLines.map((l) => l.message);
+      expect(messages).toContain('cap changed');
+      expect(messages).toContain('cap adjuster run');
+      for (const line of logLines) {
+        expect(line).toMatchObject({
+          function_request_id: 'adjuster-req-1',
+          function_name: 'tg-test-cap-adjuster',
+        });
+      }
       expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
       const emf = stdout.lines().filter((l) => l.includes('"_aws"'));
       expect(emf.join('\n')).toContain('"PlanThreads"');
