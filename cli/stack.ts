@@ -17,10 +17,10 @@ import {
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
-import { DEFAULT_BASE_URL } from '../functions/shared/captchaai/client.js';
 import { RotatingCaptchaAiClient } from '../functions/shared/captchaai/rotating-client.js';
 import { PipelineControl } from '../functions/shared/pipeline-control.js';
 import { ApiKeySource } from '../functions/shared/secret.js';
+import { DEFAULTS } from '../functions/shared/settings.js';
 import type { StackOutputKey } from '../infra/outputs.js';
 import { CliError, EXIT } from './exit-codes.js';
 
@@ -30,8 +30,6 @@ import { CliError, EXIT } from './exit-codes.js';
  * endpoint, region and credentials the SDK's usual way (AWS, LocalStack and the moto-based
  * local stack alike). AWS failures become CliErrors that say what to do next.
  */
-
-export const DEFAULT_STACK = 'Threadgate';
 
 /** The stack outputs, exactly as the CDK stack names them. */
 export type OutputKey = StackOutputKey;
@@ -45,7 +43,10 @@ export interface StackOptions {
 
 export function addStackOptions(command: Command): Command {
   return command
-    .option('--stack <name>', `the deployed stack to use (default: $THREADGATE_STACK or ${DEFAULT_STACK})`)
+    .option(
+      '--stack <name>',
+      `the deployed stack to use (default: $THREADGATE_STACK or ${DEFAULTS.stackName})`,
+    )
     .option('--region <region>', 'AWS region (default: $AWS_REGION, then $AWS_DEFAULT_REGION)')
     .option(
       '--endpoint-url <url>',
@@ -156,7 +157,7 @@ export interface ThreadgateStack {
 }
 
 export function stackName(options: StackOptions, env: NodeJS.ProcessEnv = process.env): string {
-  return options.stack ?? env.THREADGATE_STACK ?? DEFAULT_STACK;
+  return options.stack ?? env.THREADGATE_STACK ?? DEFAULTS.stackName;
 }
 
 function where(aws: AwsContext): string {
@@ -326,9 +327,6 @@ export function pipelineControl(aws: AwsContext, stack: ThreadgateStack): Pipeli
   });
 }
 
-/** Default name of the API-key secret (the CDK context `secretName`). */
-export const DEFAULT_SECRET_NAME = 'threadgate/captchaai-api-key';
-
 /** The worker's environment variables, or {} when they cannot be read. */
 export async function workerEnvironment(
   aws: AwsContext,
@@ -355,8 +353,8 @@ export async function captchaAiAccess(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<CaptchaAiAccess> {
   const workerEnv = await workerEnvironment(aws, stack).catch(() => ({}) as Record<string, string>);
-  const baseUrl = env.CAPTCHAAI_URL ?? workerEnv.CAPTCHAAI_URL ?? DEFAULT_BASE_URL;
-  const secretName = stack.outputs.SecretName ?? workerEnv.CAPTCHAAI_SECRET_NAME ?? DEFAULT_SECRET_NAME;
+  const baseUrl = env.CAPTCHAAI_URL ?? workerEnv.CAPTCHAAI_URL ?? DEFAULTS.captchaaiUrl;
+  const secretName = stack.outputs.SecretName ?? workerEnv.CAPTCHAAI_SECRET_NAME ?? DEFAULTS.secretName;
   return {
     baseUrl,
     secretName,

@@ -6,6 +6,7 @@ import {
 } from './shared/captchaai/timings.js';
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from './shared/env.js';
 import { ConfigError } from './shared/errors.js';
+import { DEFAULTS } from './shared/settings.js';
 
 /**
  * The worker's configuration, read once per instance from the environment the stack sets
@@ -38,17 +39,6 @@ export interface WorkerConfig {
   functionName: string;
 }
 
-export const WORKER_DEFAULTS = {
-  captchaAiUrl: 'https://ocr.captchaai.com',
-  timeScale: 1,
-  leaseSeconds: 900,
-  transientReceiveLimit: 3,
-  targetTimeoutMs: 15_000,
-  cooldownMs: 60_000,
-  /** × TIME_SCALE, at least 1 s. */
-  retryDelaySeconds: 30,
-} as const;
-
 /**
  * Calls to CaptchaAI are real network round trips: time scaling (tests, the local stack) must not
  * shrink their timeout below this, or a submit that reached CaptchaAI but answered a little late
@@ -57,7 +47,7 @@ export const WORKER_DEFAULTS = {
 export const MIN_CAPTCHAAI_HTTP_TIMEOUT_MS = 5_000;
 
 export function readWorkerConfig(env: Env = process.env): WorkerConfig {
-  const timeScale = optionalNumber(env, 'TIME_SCALE', WORKER_DEFAULTS.timeScale, { min: 0.0001, max: 100 });
+  const timeScale = optionalNumber(env, 'TIME_SCALE', DEFAULTS.timeScale, { min: 0.0001, max: 100 });
   const captchaTimings = readTimingsFromEnv(env).timings;
   const httpTimeoutMs = captchaTimings.httpTimeoutMs ?? DEFAULT_TIMINGS.httpTimeoutMs;
   // The client multiplies every timing by the time scale; undo that for the floor.
@@ -72,29 +62,23 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     queueArn: requireString(env, 'QUEUE_ARN'),
     dlqUrl: requireString(env, 'DLQ_URL'),
     pipelineStateParam: requireString(env, 'PIPELINE_STATE_PARAM'),
-    captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', WORKER_DEFAULTS.captchaAiUrl),
+    captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', DEFAULTS.captchaaiUrl),
     captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
     timeScale,
     // TIME_SCALE, not CAPTCHAAI_TIME_SCALE, scales the worker: only the waits are read here.
     captchaTimings,
     allowlist: parseAllowlist(allowedHosts),
-    leaseMs:
-      optionalNumber(env, 'LEASE_SECONDS', WORKER_DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
-    transientReceiveLimit: optionalNumber(
-      env,
-      'TRANSIENT_RECEIVE_LIMIT',
-      WORKER_DEFAULTS.transientReceiveLimit,
-      {
-        min: 1,
-        integer: true,
-      },
-    ),
-    targetTimeoutMs: optionalNumber(env, 'TARGET_TIMEOUT_MS', WORKER_DEFAULTS.targetTimeoutMs, { min: 1 }),
-    cooldownMs: optionalNumber(env, 'COOLDOWN_MS', WORKER_DEFAULTS.cooldownMs, { min: 0 }),
+    leaseMs: optionalNumber(env, 'LEASE_SECONDS', DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
+    transientReceiveLimit: optionalNumber(env, 'TRANSIENT_RECEIVE_LIMIT', DEFAULTS.transientReceiveLimit, {
+      min: 1,
+      integer: true,
+    }),
+    targetTimeoutMs: optionalNumber(env, 'TARGET_TIMEOUT_MS', DEFAULTS.targetTimeoutMs, { min: 1 }),
+    cooldownMs: optionalNumber(env, 'COOLDOWN_MS', DEFAULTS.cooldownMs, { min: 0 }),
     retryDelaySeconds: optionalNumber(
       env,
       'RETRY_DELAY_SECONDS',
-      Math.max(1, Math.round(WORKER_DEFAULTS.retryDelaySeconds * timeScale)),
+      Math.max(1, Math.round(DEFAULTS.retryDelaySeconds * timeScale)),
       { min: 0, max: 43_200, integer: true },
     ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),

@@ -11,6 +11,7 @@ import { RotatingCaptchaAiClient } from './shared/captchaai/rotating-client.js';
 import { OutcomesStore } from './shared/outcomes-store.js';
 import { PipelineControl } from './shared/pipeline-control.js';
 import { ApiKeySource } from './shared/secret.js';
+import { DEFAULTS } from './shared/settings.js';
 import { createTargetAgent } from './shared/target-session.js';
 import { processBatch } from './worker/batch-loop.js';
 import type { WorkerDeps } from './worker/types.js';
@@ -47,7 +48,7 @@ export function createWorkerDeps(
   const metrics =
     overrides.metrics ??
     new Metrics({
-      namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? 'threadgate',
+      namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? DEFAULTS.metricsNamespace,
       serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker',
     });
   const captchaai = new RotatingCaptchaAiClient(

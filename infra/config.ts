@@ -2,6 +2,7 @@ import { parseAllowlist } from '../functions/shared/allowlist.js';
 import { DEFAULT_TIMINGS, parsePerType } from '../functions/shared/captchaai/timings.js';
 import { CAPTCHA_TYPES, type CaptchaType } from '../functions/shared/captchaai/types.js';
 import { ConfigError } from '../functions/shared/errors.js';
+import { DEFAULTS } from '../functions/shared/settings.js';
 
 /**
  * threadgate's deploy-time settings. Each one can be given as CDK context
@@ -92,26 +93,8 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'outcomeStream',
 ];
 
-export const DEFAULTS = {
-  stackName: 'Threadgate',
-  reserve: 1,
-  initialCap: 4,
-  minCap: 1,
-  maxCap: 100,
-  captchaaiUrl: 'https://ocr.captchaai.com',
-  secretName: 'threadgate/captchaai-api-key',
-  timeScale: 1,
-  targetTimeoutMs: 15_000,
-  cooldownMs: 60_000,
-  pollIntervalMs: DEFAULT_TIMINGS.pollIntervalMs,
-  firstPollMs: DEFAULT_TIMINGS.firstPollMs,
-  pollBudget: DEFAULT_TIMINGS.pollBudget,
-  maxReceiveCount: 5,
-  transientReceiveLimit: 3,
-  oldestMessageAlarmSeconds: 3600,
-  logRetentionDays: 30,
-  outcomeStream: true,
-} as const;
+/** Every default lives in functions/shared/settings.ts, shared with the functions, the CLI and the local stack. */
+export { DEFAULTS };
 
 /** Lambda's limit on a function timeout. */
 export const LAMBDA_MAX_TIMEOUT_SECONDS = 900;

@@ -23,6 +23,7 @@ import {
   ResourceExistsException,
   SecretsManagerClient,
 } from '@aws-sdk/client-secrets-manager';
+import { DEFAULTS } from '../functions/shared/settings.js';
 import { STACK_OUTPUT_KEYS, type StackOutputKey } from '../infra/outputs.js';
 import { MOTO_ACCOUNT, MOTO_REGION } from './moto.js';
 
@@ -253,9 +254,9 @@ export async function deployToEmulator(options: DeployOptions): Promise<DeployRe
   const started = Date.now();
   const logFile = options.logFile ?? join(REPO_ROOT, '.local-stack', 'deploy.log');
   mkdirSync(join(logFile, '..'), { recursive: true });
-  const stackName = String(options.settings.stackName ?? 'Threadgate');
-  const secretName = String(options.settings.secretName ?? 'threadgate/captchaai-api-key');
-  const captchaaiUrl = String(options.settings.captchaaiUrl ?? 'https://ocr.captchaai.com');
+  const stackName = String(options.settings.stackName ?? DEFAULTS.stackName);
+  const secretName = String(options.settings.secretName ?? DEFAULTS.secretName);
+  const captchaaiUrl = String(options.settings.captchaaiUrl ?? DEFAULTS.captchaaiUrl);
   const account = options.account ?? MOTO_ACCOUNT;
   const env = cdkEnv(options.awsEnv, account);
   const region = options.awsEnv.AWS_REGION ?? MOTO_REGION;

@@ -6,7 +6,9 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { computeCap } from '../functions/shared/cap-policy.js';
 import { PipelineControl } from '../functions/shared/pipeline-control.js';
+import { DEFAULTS } from '../functions/shared/settings.js';
 import { type CaptchaStandin, type FaultRates, startCaptchaStandin } from './captchaai-standin.js';
 import {
   clientConfig,
@@ -93,16 +95,20 @@ export function localSettings(o: {
   extra?: StackSettings;
 }): StackSettings {
   return {
-    stackName: 'Threadgate',
+    stackName: DEFAULTS.stackName,
     timeScale: o.timeScale,
     reserve: o.reserve,
     // The adjuster sets the cap from threadsinfo on its first tick; start where it will land.
-    initialCap: Math.max(1, o.threads - o.reserve),
+    initialCap: computeCap(o.threads, {
+      reserve: o.reserve,
+      minCap: DEFAULTS.minCap,
+      maxCap: DEFAULTS.maxCap,
+    }),
     allowedHosts: o.allowedHosts ?? ['127.0.0.1', 'localhost'],
     captchaaiUrl: o.captchaaiUrl,
     // Loopback targets answer at once; the cool-down after a deadline is scaled like the deadline.
     targetTimeoutMs: 5000,
-    cooldownMs: Math.round(60_000 * o.timeScale),
+    cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
     ...o.extra,
   };
 }

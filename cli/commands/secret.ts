@@ -4,12 +4,12 @@ import {
   ResourceExistsException,
 } from '@aws-sdk/client-secrets-manager';
 import type { Command } from 'commander';
+import { DEFAULTS } from '../../functions/shared/settings.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
   type AwsContext,
   addStackOptions,
   awsContext,
-  DEFAULT_SECRET_NAME,
   explainAwsError,
   findStack,
   type StackOptions,
@@ -40,7 +40,7 @@ export function registerSecret(program: Command): void {
   )
     .option(
       '--secret-name <name>',
-      `the secret to write (default: the stack's SecretName output, else ${DEFAULT_SECRET_NAME})`,
+      `the secret to write (default: the stack's SecretName output, else ${DEFAULTS.secretName})`,
     )
     .option('--json', 'print the result as JSON')
     .allowExcessArguments(true)
@@ -90,12 +90,12 @@ async function secretNameFromStack(
   const name = stackName(options);
   try {
     const stack = await findStack(aws, name);
-    return { name: stack.outputs.SecretName ?? DEFAULT_SECRET_NAME };
+    return { name: stack.outputs.SecretName ?? DEFAULTS.secretName };
   } catch (err) {
     // Setting the key before the first deploy is normal: the stack refers to the secret by name.
     if (err instanceof CliError && err.message.startsWith('no stack named')) {
       return {
-        name: DEFAULT_SECRET_NAME,
+        name: DEFAULTS.secretName,
         note: `stack "${name}" is not deployed yet; used the default name`,
       };
     }

@@ -2,7 +2,6 @@ import { type Command, InvalidArgumentError, Option } from 'commander';
 import {
   CaptchaAiClient,
   type CaptchaTask,
-  DEFAULT_BASE_URL,
   readTimingsFromEnv,
   type SolveTimingsOverrides,
 } from '../../functions/shared/captchaai/client.js';
@@ -15,6 +14,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../../functions/shared/errors.js';
+import { DEFAULTS } from '../../functions/shared/settings.js';
 import { CliError, EXIT } from '../exit-codes.js';
 
 const SOLVE_TYPES = ['recaptcha_v2', 'recaptcha_v3', 'recaptcha_enterprise', 'turnstile'] as const;
@@ -136,7 +136,7 @@ export function captchaAiConnection(env: NodeJS.ProcessEnv = process.env): {
 } {
   const apiKey = env.CAPTCHAAI_API_KEY?.trim() ?? '';
   if (apiKey === '') throw new CliError('CAPTCHAAI_API_KEY is not set', EXIT.usage);
-  const baseUrl = env.CAPTCHAAI_URL?.trim() || DEFAULT_BASE_URL;
+  const baseUrl = env.CAPTCHAAI_URL?.trim() || DEFAULTS.captchaaiUrl;
   return { apiKey, baseUrl };
 }
 

@@ -9,6 +9,7 @@ import {
   type CapSettings,
   capInForce,
   computeCap,
+  MAX_MAPPING_MAX_CONCURRENCY,
   MIN_MAPPING_MAX_CONCURRENCY,
   mappingMaximumFor,
   readCap,
@@ -17,6 +18,7 @@ import type { ThreadsInfo } from './captchaai/types.js';
 import { type Env, optionalNumber, requireString } from './env.js';
 import { ConfigError, StopClassError } from './errors.js';
 import { type PipelineControl, type PipelineState, stopReason } from './pipeline-control.js';
+import { DEFAULTS } from './settings.js';
 
 /**
  * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
@@ -39,10 +41,15 @@ export interface CapAdjusterConfig extends CapSettings {
 
 /** The cap settings in the adjuster's environment (`threadgate status` reads them back the same way). */
 export function readCapSettings(env: Env): CapSettings {
-  const minCap = optionalNumber(env, 'MIN_CAP', 1, { min: 1, max: 1000, integer: true });
-  const maxCap = optionalNumber(env, 'MAX_CAP', 1000, { min: 1, max: 1000, integer: true });
+  const limits = { min: 1, max: MAX_MAPPING_MAX_CONCURRENCY, integer: true };
+  const minCap = optionalNumber(env, 'MIN_CAP', DEFAULTS.minCap, limits);
+  const maxCap = optionalNumber(env, 'MAX_CAP', DEFAULTS.maxCap, limits);
   if (minCap > maxCap) throw new ConfigError('MIN_CAP', `must be <= MAX_CAP (${maxCap}), got ${minCap}`);
-  return { reserve: optionalNumber(env, 'RESERVE', 0, { min: 0, integer: true }), minCap, maxCap };
+  return {
+    reserve: optionalNumber(env, 'RESERVE', DEFAULTS.reserve, { min: 0, integer: true }),
+    minCap,
+    maxCap,
+  };
 }
 
 export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {

@@ -6,6 +6,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
+import { readCapAdjusterConfig } from '../../functions/shared/cap.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
@@ -41,6 +42,22 @@ export class CapAdjuster extends Construct {
     const { config, worker } = props;
     this.functionName = `${config.stackName}-cap-adjuster`;
 
+    const environment: Record<string, string> = {
+      WORKER_FUNCTION_NAME: worker.functionName,
+      QUEUE_ARN: props.queue.queueArn,
+      PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
+      CAPTCHAAI_URL: config.captchaaiUrl,
+      CAPTCHAAI_SECRET_NAME: config.secretName,
+      TIME_SCALE: String(config.timeScale),
+      RESERVE: String(config.reserve),
+      MIN_CAP: String(config.minCap),
+      MAX_CAP: String(config.maxCap),
+      POWERTOOLS_SERVICE_NAME: config.stackName,
+      POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+    };
+    // Deploy-time validation with the adjuster's own parser: what it would refuse at start fails synth.
+    readCapAdjusterConfig(environment);
+
     this.bundled = new BundledFunction(this, 'Adjuster', {
       functionName: this.functionName,
       entry: 'functions/cap-adjuster.ts',
@@ -48,19 +65,7 @@ export class CapAdjuster extends Construct {
       // threadsinfo (its HTTP timeout scales with TIME_SCALE) plus a few Lambda and SSM calls.
       timeout: Duration.seconds(60),
       logRetentionDays: config.logRetentionDays,
-      environment: {
-        WORKER_FUNCTION_NAME: worker.functionName,
-        QUEUE_ARN: props.queue.queueArn,
-        PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
-        CAPTCHAAI_URL: config.captchaaiUrl,
-        CAPTCHAAI_SECRET_NAME: config.secretName,
-        TIME_SCALE: String(config.timeScale),
-        RESERVE: String(config.reserve),
-        MIN_CAP: String(config.minCap),
-        MAX_CAP: String(config.maxCap),
-        POWERTOOLS_SERVICE_NAME: config.stackName,
-        POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
-      },
+      environment,
     });
     this.fn = this.bundled.fn;
     this.role = this.bundled.role;

@@ -7,12 +7,14 @@ import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { mappingMaximumFor } from '../../functions/shared/cap-policy.js';
+import { DEFAULTS } from '../../functions/shared/settings.js';
+import { readWorkerConfig } from '../../functions/worker-config.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
 
 /** Powertools metrics namespace shared by the worker and the cap adjuster. */
-export const METRICS_NAMESPACE = 'Threadgate';
+export const METRICS_NAMESPACE = DEFAULTS.metricsNamespace;
 
 export interface WorkerProps {
   readonly config: ThreadgateConfig;
@@ -41,6 +43,33 @@ export class Worker extends Construct {
     const { config } = props;
     this.functionName = `${config.stackName}-worker`;
 
+    const environment: Record<string, string> = {
+      TABLE_NAME: props.table.tableName,
+      QUEUE_URL: props.queue.queueUrl,
+      QUEUE_ARN: props.queue.queueArn,
+      DLQ_URL: props.dlq.queueUrl,
+      PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
+      CAPTCHAAI_URL: config.captchaaiUrl,
+      CAPTCHAAI_SECRET_NAME: config.secretName,
+      TIME_SCALE: String(config.timeScale),
+      ALLOWED_HOSTS: config.allowedHosts.join(','),
+      LEASE_SECONDS: String(config.leaseSeconds),
+      TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
+      TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
+      COOLDOWN_MS: String(config.cooldownMs),
+      CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(config.pollIntervalMs),
+      CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(config.firstPollMs),
+      CAPTCHAAI_POLL_BUDGET: String(config.pollBudget),
+      // The stack name as the service dimension keeps two stacks' metrics apart.
+      POWERTOOLS_SERVICE_NAME: config.stackName,
+      POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
+    };
+    // Deploy-time validation with the worker's own parser: a value the worker would refuse at start
+    // fails synth instead. An empty allowlist stays a synth warning (the worker names ALLOWED_HOSTS).
+    if (config.allowedHosts.length > 0) {
+      readWorkerConfig({ ...environment, AWS_LAMBDA_FUNCTION_NAME: this.functionName });
+    }
+
     this.bundled = new BundledFunction(this, 'Worker', {
       functionName: this.functionName,
       entry: 'functions/worker.ts',
@@ -48,27 +77,7 @@ export class Worker extends Construct {
       timeout: Duration.seconds(config.workerTimeoutSeconds),
       logRetentionDays: config.logRetentionDays,
       reservedConcurrentExecutions: config.initialCap,
-      environment: {
-        TABLE_NAME: props.table.tableName,
-        QUEUE_URL: props.queue.queueUrl,
-        QUEUE_ARN: props.queue.queueArn,
-        DLQ_URL: props.dlq.queueUrl,
-        PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
-        CAPTCHAAI_URL: config.captchaaiUrl,
-        CAPTCHAAI_SECRET_NAME: config.secretName,
-        TIME_SCALE: String(config.timeScale),
-        ALLOWED_HOSTS: config.allowedHosts.join(','),
-        LEASE_SECONDS: String(config.leaseSeconds),
-        TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
-        TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
-        COOLDOWN_MS: String(config.cooldownMs),
-        CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(config.pollIntervalMs),
-        CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(config.firstPollMs),
-        CAPTCHAAI_POLL_BUDGET: String(config.pollBudget),
-        // The stack name as the service dimension keeps two stacks' metrics apart.
-        POWERTOOLS_SERVICE_NAME: config.stackName,
-        POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
-      },
+      environment,
     });
     this.fn = this.bundled.fn;
     this.role = this.bundled.role;

@@ -6,7 +6,8 @@ import {
   ReceiveMessageCommand,
   SendMessageBatchCommand,
 } from '@aws-sdk/client-sqs';
-import { readCap } from '../../functions/shared/cap-policy.js';
+import { computeCap, readCap } from '../../functions/shared/cap-policy.js';
+import { DEFAULTS } from '../../functions/shared/settings.js';
 import { REPO_ROOT } from '../../local/deploy.js';
 import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
 import {
@@ -28,7 +29,12 @@ import {
 // 0.01: CaptchaAI's 120 s client deadline becomes 1.2 s and solves take 0.05-0.6 s. On a
 // starved two-core machine a record may end POLL_TIMEOUT; the tests count final outcomes.
 export const E2E = { threads: 8, reserve: 2, timeScale: 0.01 } as const;
-export const CAP = E2E.threads - E2E.reserve;
+/** The cap the local stack's adjuster sets for the E2E plan (localSettings leaves minCap and maxCap at their defaults). */
+export const CAP = computeCap(E2E.threads, {
+  reserve: E2E.reserve,
+  minCap: DEFAULTS.minCap,
+  maxCap: DEFAULTS.maxCap,
+});
 
 export function startE2eStack(name: string): Promise<LocalStack> {
   return startLocalStack({

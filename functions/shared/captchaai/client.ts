@@ -22,6 +22,9 @@ export {
   TIMING_ENV,
   TOKEN_LIFETIME_MS,
 } from './timings.js';
+
+import { DEFAULTS } from '../settings.js';
+
 export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 export { CAPTCHA_TYPES } from './types.js';
 
@@ -30,7 +33,6 @@ export { CAPTCHA_TYPES } from './types.js';
  * reference pages do not, so its name lives in this one constant.
  */
 export const THREADSINFO_ACTION = 'threadsinfo';
-export const DEFAULT_BASE_URL = 'https://ocr.captchaai.com';
 
 export interface CaptchaAiClientOptions {
   apiKey: string;
@@ -165,7 +167,7 @@ export class CaptchaAiClient {
       throw new ConfigError('timings.pollBudget', `must be an integer >= 1, got ${timings.pollBudget}`);
     }
     this.#apiKey = o.apiKey.trim();
-    this.#baseUrl = (o.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, '');
+    this.#baseUrl = (o.baseUrl ?? DEFAULTS.captchaaiUrl).replace(/\/+$/, '');
     this.#timings = timings;
     this.#timeScale = timeScale;
     this.#fetch = o.fetch ?? globalThis.fetch;
