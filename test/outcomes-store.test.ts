@@ -176,14 +176,20 @@ describe('outcomes store (moto DynamoDB)', () => {
   });
 
   it('reads a batch with Query on the batch index and keys with BatchGetItem, never a Scan', async () => {
-    // Prepare: a client that records every command it sends to moto
+    // Prepare: a client that records every command it sends to moto (SDK middleware, so the
+    // SDK's paginators accept it as a real client)
     const sent: { name: string; index?: string }[] = [];
-    const recording = {
-      send: (command: { constructor: { name: string }; input: { IndexName?: string } }) => {
-        sent.push({ name: command.constructor.name, index: command.input.IndexName });
-        return clients.ddb.send(command as never);
+    const recording = clientsFor(moto).ddb;
+    recording.middlewareStack.add(
+      (next, context) => async (args) => {
+        sent.push({
+          name: context.commandName ?? '',
+          index: (args.input as { IndexName?: string }).IndexName,
+        });
+        return next(args);
       },
-    } as unknown as typeof clients.ddb;
+      { step: 'initialize' },
+    );
     const spied = new OutcomesStore({ client: recording, tableName, now: () => clock });
     const batch = `batch-${key()}`;
     const k = key();

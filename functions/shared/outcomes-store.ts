@@ -4,7 +4,7 @@ import {
   ConditionalCheckFailedException,
   type DynamoDBClient,
   GetItemCommand,
-  QueryCommand,
+  paginateQuery,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
 
@@ -226,23 +226,21 @@ export class OutcomesStore {
    * previous status, which is why waiters poll.
    */
   async *batchRows(batchId: string): AsyncGenerator<OutcomeRow> {
-    let start: Record<string, AttributeValue> | undefined;
-    do {
-      const out = await this.options.client.send(
-        new QueryCommand({
-          TableName: this.options.tableName,
-          IndexName: BATCH_INDEX_NAME,
-          KeyConditionExpression: 'batch_id = :batch',
-          ExpressionAttributeValues: { ':batch': s(batchId) },
-          ExclusiveStartKey: start,
-        }),
-      );
-      for (const item of out.Items ?? []) {
+    const pages = paginateQuery(
+      { client: this.options.client },
+      {
+        TableName: this.options.tableName,
+        IndexName: BATCH_INDEX_NAME,
+        KeyConditionExpression: 'batch_id = :batch',
+        ExpressionAttributeValues: { ':batch': s(batchId) },
+      },
+    );
+    for await (const page of pages) {
+      for (const item of page.Items ?? []) {
         const row = rowFrom(item);
         if (row) yield row;
       }
-      start = out.LastEvaluatedKey;
-    } while (start);
+    }
   }
 
   /**
