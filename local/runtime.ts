@@ -20,6 +20,7 @@ import { FunctionHost } from './runtime/function-host.js';
 import { LogSink } from './runtime/log-sink.js';
 import { RuleTimer } from './runtime/rule-timer.js';
 import { SqsPoller } from './runtime/sqs-poller.js';
+import { StreamPoller } from './runtime/stream-poller.js';
 import {
   errorMessage,
   type FunctionStats,
@@ -75,9 +76,16 @@ export class LocalRuntime {
   readonly receiveWaitSeconds: number;
   readonly stateMaxAgeMs: number;
   readonly runtimeLog: LogSink;
+  /** Endpoint, region and credentials of the emulator, for clients the pollers make. */
+  readonly clientConfig: {
+    endpoint: string | undefined;
+    region: string;
+    credentials: { accessKeyId: string; secretAccessKey: string };
+  };
   stopped = false;
   private readonly hosts = new Map<string, FunctionHost>();
   private readonly pollers = new Map<string, SqsPoller>();
+  private readonly streamPollers = new Map<string, StreamPoller>();
   private readonly rules = new Map<string, RuleTimer>();
   private readonly code: CodeCache;
   private refreshTimer: NodeJS.Timeout | undefined;
@@ -87,13 +95,14 @@ export class LocalRuntime {
     const env = options.awsEnv;
     this.region = env.AWS_REGION ?? env.AWS_DEFAULT_REGION ?? 'us-east-1';
     const clientConfig = {
-      endpoint: env.AWS_ENDPOINT_URL,
+      endpoint: env.AWS_ENDPOINT_URL as string | undefined,
       region: this.region,
       credentials: {
         accessKeyId: env.AWS_ACCESS_KEY_ID ?? 'testing',
         secretAccessKey: env.AWS_SECRET_ACCESS_KEY ?? 'testing',
       },
     };
+    this.clientConfig = clientConfig;
     this.lambda = new LambdaClient(clientConfig);
     this.sqs = new SQSClient(clientConfig);
     this.s3 = new S3Client({ ...clientConfig, forcePathStyle: true });
@@ -169,6 +178,13 @@ export class LocalRuntime {
     const sqsMappings = mappings.filter(
       (m) => m.EventSourceArn?.startsWith('arn:aws:sqs:') && this.wanted(m.FunctionArn?.split(':')[6] ?? ''),
     );
+    // DynamoDB stream mappings (the outcome publisher): the emulator runs none of them either.
+    const streamMappings = mappings.filter(
+      (m) =>
+        m.EventSourceArn?.startsWith('arn:aws:dynamodb:') &&
+        m.EventSourceArn.includes('/stream/') &&
+        this.wanted(m.FunctionArn?.split(':')[6] ?? ''),
+    );
 
     const rules: { rule: Rule; targets: Target[] }[] = [];
     // The SDK has no paginator for EventBridge ListRules, hence the NextToken loop.
@@ -186,7 +202,7 @@ export class LocalRuntime {
       next = out.NextToken;
     } while (next);
 
-    for (const m of sqsMappings) this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
+    for (const m of [...sqsMappings, ...streamMappings]) this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
     for (const { targets } of rules) for (const t of targets) this.ensureHost(t.Arn?.split(':')[6] ?? '');
     await Promise.all([...this.hosts.values()].map((h) => h.refresh()));
 
@@ -223,6 +239,15 @@ export class LocalRuntime {
       }
       await poller.refresh();
     }
+    for (const m of streamMappings) {
+      const uuid = m.UUID ?? '';
+      let poller = this.streamPollers.get(uuid);
+      if (!poller) {
+        poller = new StreamPoller(this, this.ensureHost(m.FunctionArn?.split(':')[6] ?? ''), m);
+        this.streamPollers.set(uuid, poller);
+      }
+      await poller.refresh();
+    }
     for (const { rule, targets } of rules) {
       const name = rule.Name ?? '';
       let timer = this.rules.get(name);
@@ -245,6 +270,7 @@ export class LocalRuntime {
     return {
       functions,
       mappings: [...this.pollers.values()].map((p) => ({ ...p.stats })),
+      streams: [...this.streamPollers.values()].map((p) => ({ ...p.stats })),
       rules: [...this.rules.values()].map((r) => ({
         name: r.name,
         schedule: r.schedule,
@@ -263,7 +289,7 @@ export class LocalRuntime {
     for (const r of this.rules.values()) r.stop();
     await this.refreshing?.catch(() => undefined);
     await Promise.all([...this.hosts.values()].map((h) => h.stop()));
-    await Promise.all([...this.pollers.values()].map((p) => p.stop()));
+    await Promise.all([...this.pollers.values(), ...this.streamPollers.values()].map((p) => p.stop()));
     await this.runtimeLog.close();
   }
 }

@@ -8,6 +8,12 @@ import {
   CreateStackCommand,
   DescribeStacksCommand,
 } from '@aws-sdk/client-cloudformation';
+import {
+  CreateTableCommand,
+  DynamoDBClient,
+  PutItemCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
 import { EventBridgeClient, PutRuleCommand, PutTargetsCommand } from '@aws-sdk/client-eventbridge';
 import {
   CreateEventSourceMappingCommand,
@@ -57,7 +63,7 @@ exports.handler = async (event, context) => {
   if (records.some((r) => r.body === 'hang')) await new Promise((resolve) => setTimeout(resolve, 60000));
   if (records.some((r) => r.body === 'throw')) throw new Error('boom');
   return {
-    batchItemFailures: records.filter((r) => r.body.startsWith('fail')).map((r) => ({ itemIdentifier: r.messageId })),
+    batchItemFailures: records.filter((r) => (r.body || '').startsWith('fail')).map((r) => ({ itemIdentifier: r.messageId })),
   };
 };
 `;
@@ -446,6 +452,86 @@ describe('local runtime', () => {
     // Assess
     expect(await queueCounts(fn.queueUrl)).toEqual({ visible: 0, inFlight: 1 });
     expect(runtime.stats().mappings[0]).toMatchObject({ received: 1, deleted: 0, failedItems: 1 });
+  });
+
+  it("delivers a DynamoDB stream mapping's records in Lambda's stream event shape, in order, each once", async () => {
+    // Prepare: a table with a stream and the recorder function mapped to it
+    const ddb = new DynamoDBClient({
+      endpoint: moto.endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    });
+    const name = `fn-${++counter}`;
+    const table = await ddb.send(
+      new CreateTableCommand({
+        TableName: `${name}-table`,
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
+        BillingMode: 'PAY_PER_REQUEST',
+        StreamSpecification: { StreamEnabled: true, StreamViewType: 'NEW_AND_OLD_IMAGES' },
+      }),
+    );
+    const streamArn = table.TableDescription!.LatestStreamArn!;
+    await lambda.send(
+      new CreateFunctionCommand({
+        FunctionName: name,
+        Runtime: 'nodejs22.x',
+        Role: roleArn,
+        Handler: 'index.handler',
+        Code: { S3Bucket: 'code', S3Key: 'recorder.zip' },
+        Timeout: 10,
+        Environment: { Variables: { RECORDER_URL: recorder.url, MARK: name } },
+      }),
+    );
+    await lambda.send(
+      new CreateEventSourceMappingCommand({
+        FunctionName: name,
+        EventSourceArn: streamArn,
+        StartingPosition: 'TRIM_HORIZON',
+        BatchSize: 100,
+        FunctionResponseTypes: ['ReportBatchItemFailures'],
+      }),
+    );
+    for (const pk of ['a', 'b', 'c']) {
+      await ddb.send(
+        new PutItemCommand({ TableName: `${name}-table`, Item: { pk: { S: pk }, n: { N: '1' } } }),
+      );
+    }
+    // Act
+    runtime = await start(name);
+    await waitFor(
+      'three stream records',
+      () => recorder.calls.flatMap((c) => c.event.Records ?? []).length >= 3,
+    );
+    await ddb.send(
+      new UpdateItemCommand({
+        TableName: `${name}-table`,
+        Key: { pk: { S: 'a' } },
+        UpdateExpression: 'SET n = :two',
+        ExpressionAttributeValues: { ':two': { N: '2' } },
+      }),
+    );
+    await waitFor('the update', () => recorder.calls.flatMap((c) => c.event.Records ?? []).length >= 4);
+    // Assess
+    const records = recorder.calls.flatMap((c) => c.event.Records ?? []) as {
+      eventName: string;
+      eventSource: string;
+      eventSourceARN: string;
+      dynamodb: { Keys: unknown; NewImage?: unknown; OldImage?: unknown; SequenceNumber: string };
+    }[];
+    expect(records.map((r) => [r.eventName, r.dynamodb.Keys])).toEqual([
+      ['INSERT', { pk: { S: 'a' } }],
+      ['INSERT', { pk: { S: 'b' } }],
+      ['INSERT', { pk: { S: 'c' } }],
+      ['MODIFY', { pk: { S: 'a' } }],
+    ]);
+    expect(records.every((r) => r.eventSource === 'aws:dynamodb' && r.eventSourceARN === streamArn)).toBe(
+      true,
+    );
+    expect(records[3]!.dynamodb).toMatchObject({ NewImage: { n: { N: '2' } }, OldImage: { n: { N: '1' } } });
+    const sequences = records.map((r) => BigInt(r.dynamodb.SequenceNumber));
+    expect([...sequences].sort((x, y) => (x < y ? -1 : 1))).toEqual(sequences);
+    expect(runtime.stats().streams[0]).toMatchObject({ delivered: 4, retries: 0 });
   });
 
   it('fires a scheduled rule at its rate times the time scale', async () => {

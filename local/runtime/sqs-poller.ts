@@ -11,7 +11,7 @@ import { capInForce } from '../../functions/shared/cap-policy.js';
 import type { LocalRuntime } from '../runtime.js';
 import type { FunctionHost } from './function-host.js';
 import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
-import { errorMessage, type InvokeResult, type MappingStats } from './types.js';
+import { errorMessage, type InvokeResult, type MappingStats, mappingPolls } from './types.js';
 
 /**
  * Lambda's SQS poller for one event source mapping. Up to `limit` loops receive batches; a
@@ -78,9 +78,7 @@ export class SqsPoller {
   private async readMapping(): Promise<void> {
     const m = await this.runtime.lambda.send(new GetEventSourceMappingCommand({ UUID: this.stats.uuid }));
     this.lastRead = Date.now();
-    const state = m.State ?? 'Enabled';
-    const enabled =
-      state === 'Enabled' || state === 'Enabling' || state === 'Updating' || state === 'Creating';
+    const enabled = mappingPolls(m.State);
     const batchSize = Math.max(1, Math.min(m.BatchSize ?? 10, 10));
     const maximum = m.ScalingConfig?.MaximumConcurrency;
     const reserved = this.host.stats.reservedConcurrency;

@@ -1,3 +1,4 @@
+import type { StreamMappingStats } from './stream-poller.js';
 export interface LocalRuntimeOptions {
   /** AWS_ENDPOINT_URL, AWS_REGION and credentials of the emulator (see local/moto.ts awsEnvFor). */
   awsEnv: Record<string, string>;
@@ -70,6 +71,8 @@ export interface MappingStats {
 export interface RuntimeStats {
   functions: Record<string, FunctionStats>;
   mappings: MappingStats[];
+  /** DynamoDB stream mappings (see stream-poller.ts). */
+  streams: StreamMappingStats[];
   rules: { name: string; schedule: string; periodMs: number | undefined; fired: number; skipped: number }[];
 }
 
@@ -94,4 +97,10 @@ export interface DeployedFunction {
 
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+
+/** Whether a mapping in this State polls (a missing State counts as Enabled). */
+export function mappingPolls(state: string | undefined): boolean {
+  const s = state ?? 'Enabled';
+  return s === 'Enabled' || s === 'Enabling' || s === 'Updating' || s === 'Creating';
 }
