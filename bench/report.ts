@@ -1,4 +1,4 @@
-import type { BenchReport } from './run.js';
+import type { BenchReport } from './report-builder.js';
 
 /** The stdout table of a benchmark run: figure, value, how to read it. */
 export function formatReport(r: BenchReport): string {
