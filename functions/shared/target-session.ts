@@ -14,8 +14,8 @@ import { TargetError } from './errors.js';
  */
 export const DEFAULT_MAX_REDIRECTS = 5;
 /**
- * A page longer than this fails the record PAGE_TOO_LARGE (before any solve): no form page is
- * that big, and reading on would spend the invocation on a hostile or broken peer.
+ * A page longer than this fails the record PAGE_TOO_LARGE: no form page is that big, and
+ * reading on would spend the invocation on a hostile or broken peer.
  */
 export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
 /**
