@@ -1,3 +1,6 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { progressLine } from '../cli/commands/local.js';
 import type { LocalStack } from '../local/local-stack.js';
@@ -5,9 +8,13 @@ import { progressOf } from '../local/local-stack-run.js';
 
 /** Just what progressOf reads: a Scan page of outcome rows, DLQ depth, pipeline state, cap, stand-in counts. */
 function stackWithRows(rows: Record<string, unknown>[]): LocalStack {
+  // A real document client with its send mocked: the SDK's paginators accept only real clients.
+  const documents = DynamoDBDocumentClient.from(new DynamoDBClient({ region: 'us-east-1' }));
+  mockClient(documents).on(ScanCommand).resolves({ Items: rows });
   return {
-    outputs: { TableName: 'outcomes', DlqUrl: 'dlq', MappingUuid: 'm' },
-    documents: { send: async () => ({ Items: rows }) },
+    outputs: { TableName: 'outcomes', DlqUrl: 'dlq', MappingUuid: 'm', WorkerFunctionName: 'worker' },
+    lambda: { send: async () => ({ ReservedConcurrentExecutions: 6 }) },
+    documents,
     sqs: {
       send: async () => ({
         Attributes: { ApproximateNumberOfMessages: '1', ApproximateNumberOfMessagesNotVisible: '0' },
