@@ -74,7 +74,7 @@ const RANGE_NAMES: Record<string, string> = {
   unspecified: 'unspecified',
   broadcast: 'broadcast',
   multicast: 'multicast',
-  linkLocal: 'link-local (incl. the cloud metadata address)',
+  linkLocal: 'link-local', // includes the cloud metadata address 169.254.169.254
   loopback: 'loopback',
   carrierGradeNat: 'shared (CGNAT)',
   private: 'private',
