@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
 import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
 import type { RunSummary } from '../local/local-stack-run.js';
+import type { EnvironmentMemory } from '../local/runtime/types.js';
 import type { BaselineResult } from './baseline.js';
 import {
   AWS_PRICES,
@@ -17,6 +18,7 @@ import {
 } from './cost.js';
 import {
   bucketCounts,
+  busyShare,
   efficiency,
   expectedPollWaitMs,
   mean,
@@ -47,6 +49,7 @@ export interface BenchReport {
     max_queued: number;
     mix: Record<string, number>;
     worker_memory_mb: number;
+    target_delays_ms_unscaled: { page: number; post: number };
     poll: {
       first_poll_ms: Record<string, number>;
       interval_ms: Record<string, number>;
@@ -56,11 +59,23 @@ export interface BenchReport {
   };
   complete: boolean;
   outcomes: Record<string, number>;
-  /** Throughput ÷ (cap ÷ modelled mean solve time). */
+  /**
+   * Busy plan-thread-seconds (the stand-in's own count) ÷ (plan threads × wall time): whole run
+   * from the first submit to the last answer, steady state over the window of completions
+   * 10%–90%. throughput_*: throughput ÷ (cap ÷ modelled mean solve time), as before.
+   */
   efficiency: {
     whole_run: number | null;
     steady_state: number | null;
+    throughput_whole_run: number | null;
+    throughput_steady_state: number | null;
     projected_time_scale_1: number | null;
+  };
+  captchaai_calls: {
+    res_php_per_solve: number | null;
+    res_php_max_per_solve: number | null;
+    in_php_per_record: number | null;
+    rate_limited: number;
   };
   /** Mean in flight ÷ cap over the steady-state window. */
   utilization: { steady_state: number | null; worker_invocations_steady_state: number | null };
@@ -109,6 +124,7 @@ export interface BenchReport {
     poll_granularity: number | null;
     poll_granularity_predicted: number | null;
     target_http: number | null;
+    page_load_overlapped: number | null;
     invocation_overhead: number | null;
     between_invocations: number | null;
     cycle_unscaled: number | null;
@@ -128,6 +144,18 @@ export interface BenchReport {
     gb_s_per_solve_all_invocations: number | null;
     gb_s_per_solve_wall: number | null;
     note: string;
+    /** Measured by the local runtime: the worst execution environment's peaks, MB. */
+    measured_memory_mb: {
+      environments: number;
+      peak_heap_used: number | null;
+      peak_heap_total: number | null;
+      peak_external: number | null;
+      bare_node_rss: number | null;
+      estimated_environment_peak: number | null;
+      process_peak_rss_all_environments: number | null;
+      smallest_size_with_2x_headroom: number | null;
+      note: string;
+    };
   };
   aws_cost_per_1000: AwsCost & {
     usage_per_solve: {
@@ -174,13 +202,26 @@ export interface BuildInput {
   predictedPollMs: number;
   runStartedAt: number;
   series: ChartPoint[];
+  /** The stand-in's cumulative busy thread-ms, sampled with the series. */
+  busy: { t: number; ms: number }[];
+  targetDelays: { pageMs: number; postMs: number };
   invocations: Invocation[];
   probe: Record<string, number[]>;
   probeRounds: { t: number; slowestMs: number; queued: number | undefined }[];
-  standin: { maxInFlight: number; zeroBalance: number; threads: number };
+  standin: {
+    maxInFlight: number;
+    zeroBalance: number;
+    threads: number;
+    submits: number;
+    polls: number;
+    solved: number;
+    rateLimited: number;
+  };
   runSummary: RunSummary;
   sqs: { sendCalls: number; received: number; deleted: number };
   workerInvocations: number;
+  memory: { environments: EnvironmentMemory[]; processPeakRss: number };
+  bareNodeRss: number;
   timeouts: number;
   baseline: BaselineResult | null;
   phases: { startup: number; capped_run: number; baseline: number | null; total: number };
@@ -200,9 +241,15 @@ export function buildReport(i: BuildInput): BenchReport {
   const window = steadyWindow(completions);
   const meanSolveWallS = (i.modelledMeanMs * s) / 1000;
 
-  const wholeEff = efficiency(solved, lastCompletion, i.cap, meanSolveWallS);
+  const throughputWhole = efficiency(solved, lastCompletion, i.cap, meanSolveWallS);
   const ssSeconds = window ? window.to - window.from : Number.NaN;
-  const ssEff = window ? efficiency(window.completed, ssSeconds, i.cap, meanSolveWallS) : Number.NaN;
+  const throughputSs = window ? efficiency(window.completed, ssSeconds, i.cap, meanSolveWallS) : Number.NaN;
+  const firstSubmitAt = i.series.find((p) => p.inFlight > 0)?.t ?? Number.NaN;
+  const wholeEff = busyShare(i.busy, firstSubmitAt, lastCompletion, i.threads);
+  const ssEff = window ? busyShare(i.busy, window.from, window.to, i.threads) : Number.NaN;
+  const pollsPerSolve = withOutcome
+    .map((inv) => inv.outcome?.polls)
+    .filter((v): v is number => v !== undefined);
   const inFlight: Sample[] = i.series.map((p) => ({ t: p.t, v: p.inFlight }));
   const invocationsInFlight: Sample[] = i.series.map((p) => ({ t: p.t, v: p.invocations ?? 0 }));
   const util = window ? timeWeightedMean(inFlight, window.from, window.to) / i.cap : Number.NaN;
@@ -237,6 +284,7 @@ export function buildReport(i: BuildInput): BenchReport {
   const invocationMs = invUtil * cycleMs;
   const wSolve = mean(inWindow.map((inv) => inv.outcome?.solveMs ?? Number.NaN));
   const wTarget = mean(inWindow.map((inv) => inv.outcome?.targetMs ?? Number.NaN));
+  const wPage = mean(inWindow.map((inv) => inv.outcome?.pageMs ?? Number.NaN));
   const wOverhead = invocationMs - wSolve - wTarget;
   const wBetween = cycleMs - invocationMs;
   const modelledWallMs = i.modelledMeanMs * s;
@@ -268,6 +316,14 @@ export function buildReport(i: BuildInput): BenchReport {
     ? gbSeconds(i.invocations.map((inv) => inv.durationMs).filter(defined), i.memoryMb) / solved
     : Number.NaN;
   const firstInvocations = i.invocations.filter((inv) => inv.firstInEnvironment).length;
+  const MB = 1048576;
+  const envs = i.memory.environments;
+  const worst = (f: (e: EnvironmentMemory) => number) =>
+    envs.length ? Math.max(...envs.map(f)) / MB : Number.NaN;
+  // One Lambda environment is one Node process: a bare process's RSS plus this environment's
+  // heap and off-heap (external) memory at their peaks.
+  const envPeakMb = worst((e) => e.peakHeapTotal + e.peakExternal) + i.bareNodeRss / MB;
+  const memoryNeededMb = Number.isFinite(envPeakMb) ? lambdaMemoryFor(envPeakMb) : Number.NaN;
 
   // AWS requests per solve. SQS: the producer's SendMessageBatch calls, one ReceiveMessage and
   // one DeleteMessage per message (batch size 1), DLQ copies. DynamoDB: each record's claim
@@ -343,6 +399,7 @@ export function buildReport(i: BuildInput): BenchReport {
       max_queued: i.maxQueued,
       mix: i.mix,
       worker_memory_mb: i.memoryMb,
+      target_delays_ms_unscaled: { page: i.targetDelays.pageMs, post: i.targetDelays.postMs },
       poll: {
         first_poll_ms: { ...DEFAULT_TIMINGS.firstPollMs },
         interval_ms: { ...DEFAULT_TIMINGS.pollIntervalMs },
@@ -355,7 +412,15 @@ export function buildReport(i: BuildInput): BenchReport {
     efficiency: {
       whole_run: round(wholeEff),
       steady_state: round(ssEff),
+      throughput_whole_run: round(throughputWhole),
+      throughput_steady_state: round(throughputSs),
       projected_time_scale_1: round(projected),
+    },
+    captchaai_calls: {
+      res_php_per_solve: round(i.standin.solved ? i.standin.polls / i.standin.solved : Number.NaN, 2),
+      res_php_max_per_solve: pollsPerSolve.length ? Math.max(...pollsPerSolve) : null,
+      in_php_per_record: round(i.standin.submits / i.records, 3),
+      rate_limited: i.standin.rateLimited,
     },
     utilization: { steady_state: round(util), worker_invocations_steady_state: round(invUtil) },
     max_in_flight: i.standin.maxInFlight,
@@ -407,6 +472,7 @@ export function buildReport(i: BuildInput): BenchReport {
       poll_granularity: round(wSolve - heldMs, 0),
       poll_granularity_predicted: round(i.predictedPollMs * s, 0),
       target_http: round(wTarget, 0),
+      page_load_overlapped: round(wPage, 0),
       invocation_overhead: round(wOverhead, 0),
       between_invocations: round(wBetween, 0),
       cycle_unscaled: round(cycleUnscaledMs, 0),
@@ -421,6 +487,26 @@ export function buildReport(i: BuildInput): BenchReport {
       gb_s_per_solve: round(gbsPerSolve, 3),
       gb_s_per_solve_all_invocations: round(gbsPerSolveAll, 3),
       gb_s_per_solve_wall: round(gbsPerSolveWall, 3),
+      measured_memory_mb: {
+        environments: envs.length,
+        peak_heap_used: round(
+          worst((e) => e.peakHeapUsed),
+          1,
+        ),
+        peak_heap_total: round(
+          worst((e) => e.peakHeapTotal),
+          1,
+        ),
+        peak_external: round(
+          worst((e) => e.peakExternal),
+          1,
+        ),
+        bare_node_rss: round(i.bareNodeRss / MB, 1),
+        estimated_environment_peak: round(envPeakMb, 1),
+        process_peak_rss_all_environments: round(i.memory.processPeakRss / MB, 1),
+        smallest_size_with_2x_headroom: Number.isFinite(memoryNeededMb) ? memoryNeededMb : null,
+        note: 'each environment is a worker thread of one process, so its own RSS cannot be read: estimated_environment_peak = a bare Node process’s RSS + the environment’s peak V8 heap (total) + peak external memory; smallest_size_with_2x_headroom = the smallest Lambda size (128 MB, then 64 MB steps) at least twice that',
+      },
       note: 'at time scale 1: each invocation’s solve time divided by the time scale, the rest (AWS calls, target HTTP, start-up) as measured. gb_s_per_solve: all but each environment’s first invocation (used for the cost); _all_invocations includes them; _wall is what this run used at its time scale',
     },
     aws_cost_per_1000: {
@@ -492,6 +578,13 @@ function perSecond(
     });
   }
   return rows;
+}
+
+/** The smallest Lambda memory size (128 MB, then steps of 64 MB) with 2× headroom over `peakMb`. */
+export function lambdaMemoryFor(peakMb: number): number {
+  let mb = 128;
+  while (mb < 2 * peakMb) mb += 64;
+  return mb;
 }
 
 function fmtNum(v: number): string {

@@ -30,12 +30,17 @@ export function formatReport(r: BenchReport): string {
     [
       'efficiency, steady state',
       n(r.efficiency.steady_state),
-      'throughput ÷ (cap ÷ modelled mean solve time)',
+      `busy plan-thread-s ÷ (plan threads × wall s); ${n(r.efficiency.throughput_steady_state)} by throughput ÷ (cap ÷ modelled mean solve)`,
     ],
     [
       'efficiency, whole run',
       n(r.efficiency.whole_run),
-      'first send to last outcome: incl. ramp-up and drain',
+      `first submit to last answer, incl. ramp-up and drain; ${n(r.efficiency.throughput_whole_run)} by throughput`,
+    ],
+    [
+      'res.php calls per solve',
+      n(r.captchaai_calls.res_php_per_solve, 2),
+      `max ${r.captchaai_calls.res_php_max_per_solve ?? 'n/a'} (budget ${r.config.poll.budget} per task); in.php per record ${n(r.captchaai_calls.in_php_per_record, 3)}; rate-limited answers ${r.captchaai_calls.rate_limited}`,
     ],
     [
       'efficiency, projected at scale 1',
@@ -98,7 +103,12 @@ export function formatReport(r: BenchReport): string {
         .map((v) => v / 1000)
         .join('/')} s, scaled)`,
     ],
-    ['  target HTTP', ms(t.target_http), 'page load + POST with token (stand-in verifies it)'],
+    ['  target HTTP', ms(t.target_http), 'POST with token (+ page load past the answer), outside the solve'],
+    [
+      '  (page load, overlapped)',
+      ms(t.page_load_overlapped),
+      'runs while CaptchaAI solves: not in the cycle',
+    ],
     ['  invocation overhead', ms(t.invocation_overhead), 'inside the invocation, outside solve and target'],
     ['  between invocations', ms(t.between_invocations), 'poller: receive, delete, waiting for a message'],
     [
@@ -110,6 +120,11 @@ export function formatReport(r: BenchReport): string {
       'Lambda GB-s per solve',
       n(r.lambda.gb_s_per_solve, 2),
       `${r.lambda.memory_mb} MB arm64, warm, at time scale 1 (${n(r.lambda.gb_s_per_solve_all_invocations, 2)} incl. first invocations)`,
+    ],
+    [
+      'worker memory, measured peak',
+      `${n(r.lambda.measured_memory_mb.estimated_environment_peak, 1)} MB`,
+      `per environment (heap ${n(r.lambda.measured_memory_mb.peak_heap_total, 1)} + external ${n(r.lambda.measured_memory_mb.peak_external, 1)} + bare Node ${n(r.lambda.measured_memory_mb.bare_node_rss, 1)} MB); 2× headroom needs ${r.lambda.measured_memory_mb.smallest_size_with_2x_headroom ?? 'n/a'} MB; deployed ${r.lambda.memory_mb} MB`,
     ],
     [
       'AWS cost per 1,000 solves',

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +12,7 @@ import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
 import { REPO_ROOT } from '../local/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/local-stack.js';
 import { queueDepth } from '../local/local-stack-observation.js';
-import { expectedOutcomes, generatedRecords } from '../local/local-stack-records.js';
+import { expectedOutcomes, generatedRecords, type RecordMix } from '../local/local-stack-records.js';
 import { feedQueue, progressOf, summarize as summarizeRun } from '../local/local-stack-run.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { formatReport } from './report.js';
@@ -50,6 +51,10 @@ export interface BenchOptions {
   outDir?: string;
   /** File name without extension. @default <UTC time>-t<threads>-n<records> */
   name?: string;
+  /** Weights of the CAPTCHA types of the records. @default every sample type in turn */
+  mix?: RecordMix;
+  /** The target form's page-load and POST delays at time scale 1, ms (scaled like CaptchaAI). @default 400 / 200 */
+  targetDelays?: { pageMs: number; postMs: number };
   /** Run the uncapped baseline after the capped run. @default true */
   baseline?: boolean;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
@@ -60,7 +65,14 @@ export interface BenchOptions {
   signal?: AbortSignal;
 }
 
-export const BENCH_DEFAULTS = { threads: 20, reserve: 0, records: 1000, timeScale: 0.2 } as const;
+export const BENCH_DEFAULTS = {
+  threads: 20,
+  reserve: 0,
+  records: 1000,
+  timeScale: 0.2,
+  // A real form's server answers in hundreds of milliseconds; the page load overlaps the solve.
+  targetDelays: { pageMs: 400, postMs: 200 },
+} as const;
 
 /** Times the emulator's own answers to the calls the worker and the feeder make, beside the run. */
 class EmulatorProbe {
@@ -154,10 +166,12 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
   log(
     `bench: plan ${threads} threads, reserve ${reserve} (cap ${cap}), ${records} records, time scale ${timeScale}`,
   );
+  const targetDelays = options.targetDelays ?? BENCH_DEFAULTS.targetDelays;
   const stack = await startLocalStack({
     threads,
     reserve,
     timeScale,
+    targetDelays,
     onPhase: (m) => log(`bench: ${m}`),
   });
   let report: BenchReport;
@@ -175,7 +189,13 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         )
       ).MemorySize ?? 128;
 
-    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, records, `bench-${stamp(started)}`);
+    const bodies = generatedRecords(
+      stack.site.url,
+      stack.site.sitekey,
+      records,
+      `bench-${stamp(started)}`,
+      options.mix,
+    );
     const mix: Record<string, number> = {};
     const tasks: CaptchaTask[] = [];
     for (const body of bodies) {
@@ -209,8 +229,10 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const runStartedAt = Date.now();
     const runT0 = performance.now();
     const series: ChartPoint[] = [];
+    const busy: { t: number; ms: number }[] = [];
     const sampler = setInterval(() => {
       const s = stack.captcha.stats();
+      busy.push({ t: (performance.now() - runT0) / 1000, ms: s.busyThreadMs });
       const mapping = workerMapping(stack);
       const fn = stack.runtime?.stats().functions[stack.outputs.WorkerFunctionName];
       series.push({
@@ -311,6 +333,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       predictedPollMs,
       runStartedAt,
       series,
+      busy,
+      targetDelays,
       invocations,
       probe: probe.samples,
       probeRounds: probe.rounds,
@@ -318,6 +342,10 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         maxInFlight: standinStats.maxInFlight,
         zeroBalance: standinStats.zeroBalance,
         threads: standinStats.threads,
+        submits: standinStats.submits,
+        polls: standinStats.polls,
+        solved: standinStats.solved,
+        rateLimited: (standinStats.errors.ERROR_TOO_MUCH_REQUESTS ?? 0) + (standinStats.errors.HTTP_429 ?? 0),
       },
       runSummary,
       sqs: {
@@ -326,6 +354,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         deleted: (mappingAfter?.deleted ?? 0) - deletedBefore,
       },
       workerInvocations: (fnStats?.invocations ?? 0) - invocationsBefore,
+      memory: fnStats?.memory ?? { environments: [], processPeakRss: 0 },
+      bareNodeRss: bareNodeRssBytes(),
       timeouts: fnStats?.timeouts ?? 0,
       baseline,
       phases: {
@@ -348,3 +378,16 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
 }
 
 export { formatReport };
+
+/** RSS of a bare Node process of this machine's Node (what every Lambda environment starts from). */
+function bareNodeRssBytes(): number {
+  try {
+    return Number(
+      execFileSync(process.execPath, ['-e', 'process.stdout.write(String(process.memoryUsage().rss))'], {
+        encoding: 'utf8',
+      }),
+    );
+  } catch {
+    return Number.NaN;
+  }
+}

@@ -190,3 +190,26 @@ export function round(v: number, digits = 3): number | null {
   const f = 10 ** digits;
   return Math.round(v * f) / f;
 }
+
+/** Busy thread-ms between two sample times ÷ (threads × the time between), from cumulative samples. */
+export function busyShare(
+  busy: readonly { t: number; ms: number }[],
+  from: number,
+  to: number,
+  threads: number,
+): number {
+  if (!(to > from) || threads <= 0 || busy.length === 0) return Number.NaN;
+  const at = (t: number) => {
+    let last = busy[0] as { t: number; ms: number };
+    for (const b of busy) {
+      if (b.t > t) {
+        // Linear between the two samples around t.
+        const span = b.t - last.t;
+        return span > 0 ? last.ms + ((b.ms - last.ms) * (t - last.t)) / span : b.ms;
+      }
+      last = b;
+    }
+    return last.ms;
+  };
+  return (at(to) - at(from)) / (threads * (to - from) * 1000);
+}

@@ -14,8 +14,13 @@ export interface OutcomeLine {
   /** The worker's per-record timings (functions/worker.ts RecordTiming), wall-clock ms. */
   totalMs?: number;
   claimMs?: number;
+  /** Target HTTP outside the solve: the POST, and any part of the page load that outlasted the solve. */
   targetMs?: number;
+  /** The page load, which runs while CaptchaAI solves. */
+  pageMs?: number;
   solveMs?: number;
+  /** res.php calls of the solve. */
+  polls?: number;
   finishMs?: number;
 }
 
@@ -98,7 +103,9 @@ export function parseFunctionLog(text: string): Invocation[] {
       totalMs: num(json.total_ms),
       claimMs: num(json.claim_ms),
       targetMs: num(json.target_ms),
+      pageMs: num(json.page_ms),
       solveMs: num(json.solve_ms),
+      polls: num(json.polls),
       finishMs: num(json.finish_ms),
     };
   }

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { CaptchaType } from '../functions/shared/captchaai/types.js';
 
 /** The job messages a local run sends: generated samples, a JSONL file, and which outcomes to expect. */
 
@@ -10,11 +11,72 @@ const SAMPLE_TYPES = [
   'turnstile',
 ];
 
+/** CAPTCHA types a generated record can have (the target stand-in verifies tokens, not image answers). */
+export const MIX_TYPES: readonly CaptchaType[] = [
+  'recaptcha_v2',
+  'recaptcha_v3',
+  'recaptcha_enterprise',
+  'turnstile',
+];
+
+/** Relative weights of CAPTCHA types in generated records. */
+export type RecordMix = Partial<Record<CaptchaType, number>>;
+
+/** Reads `TYPE=WEIGHT,…` (e.g. `recaptcha_v2=3,turnstile=1`); throws a RangeError naming the bad part. */
+export function parseMix(text: string): RecordMix {
+  const mix: RecordMix = {};
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const [type, weight = '1'] = part.split('=').map((s) => s.trim());
+    if (!MIX_TYPES.includes(type as CaptchaType)) {
+      throw new RangeError(
+        `mix: unknown or unsupported CAPTCHA type "${type}" (one of ${MIX_TYPES.join(', ')})`,
+      );
+    }
+    const w = Number(weight);
+    if (!(Number.isFinite(w) && w >= 0))
+      throw new RangeError(`mix: weight of ${type} must be a number >= 0, got "${weight}"`);
+    mix[type as CaptchaType] = w;
+  }
+  if (!Object.values(mix).some((w) => (w ?? 0) > 0))
+    throw new RangeError('mix: needs at least one type with a weight above 0');
+  return mix;
+}
+
+/**
+ * `count` types spread by weight (smooth weighted round robin: every prefix of the list is as
+ * close to the weights as whole records allow, so a partial run has the mix too).
+ */
+export function mixedTypes(count: number, mix: RecordMix): CaptchaType[] {
+  const entries = Object.entries(mix).filter(([, w]) => (w ?? 0) > 0) as [CaptchaType, number][];
+  const total = entries.reduce((n, [, w]) => n + w, 0);
+  const current = new Map(entries.map(([t]) => [t, 0]));
+  const out: CaptchaType[] = [];
+  for (let i = 0; i < count; i++) {
+    let best: CaptchaType | undefined;
+    for (const [t, w] of entries) {
+      current.set(t, (current.get(t) ?? 0) + w);
+      if (best === undefined || (current.get(t) ?? 0) > (current.get(best) ?? 0)) best = t;
+    }
+    current.set(best as CaptchaType, (current.get(best as CaptchaType) ?? 0) - total);
+    out.push(best as CaptchaType);
+  }
+  return out;
+}
+
 /** One good job message for the target stand-in, cycling through the CAPTCHA types by `index`. */
-export function goodRecord(targetUrl: string, sitekey: string, recordKey: string, index = 0): string {
+export function goodRecord(
+  targetUrl: string,
+  sitekey: string,
+  recordKey: string,
+  index = 0,
+  type?: CaptchaType,
+): string {
   const url = `${targetUrl}/form/${recordKey}`;
   const base = { record_key: recordKey, sitekey, pageurl: url, submit_url: url };
-  switch (SAMPLE_TYPES[index % SAMPLE_TYPES.length]) {
+  switch (type ?? SAMPLE_TYPES[index % SAMPLE_TYPES.length]) {
     case 'recaptcha_v2_invisible':
       return JSON.stringify({ ...base, captcha: { type: 'recaptcha_v2', invisible: true } });
     case 'recaptcha_v3':
@@ -33,15 +95,17 @@ export function goodRecord(targetUrl: string, sitekey: string, recordKey: string
   }
 }
 
-/** `count` good records of mixed types. */
+/** `count` good records of mixed types: every sample type in turn, or by the weights of `mix`. */
 export function generatedRecords(
   targetUrl: string,
   sitekey: string,
   count: number,
   prefix: string,
+  mix?: RecordMix,
 ): string[] {
+  const types = mix ? mixedTypes(count, mix) : undefined;
   return Array.from({ length: count }, (_, i) =>
-    goodRecord(targetUrl, sitekey, `${prefix}-${String(i + 1).padStart(5, '0')}`, i),
+    goodRecord(targetUrl, sitekey, `${prefix}-${String(i + 1).padStart(5, '0')}`, i, types?.[i]),
   );
 }
 

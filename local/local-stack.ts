@@ -47,6 +47,8 @@ export interface LocalStackOptions {
   timeScale?: number;
   /** Stand-in faults from the start. */
   faults?: Partial<FaultRates>;
+  /** The target stand-in's page-load and POST delays at time scale 1 (scaled like CaptchaAI's waits). @default 0 */
+  targetDelays?: { pageMs?: number; postMs?: number };
   /** Extra infra/config.ts settings (they join the synth cache key). */
   settings?: StackSettings;
   /** Logs go here. @default <repo>/.local-stack/runs/<time>-<random> */
@@ -154,6 +156,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     cleanups.push(() => captcha.close());
     const targetSite = await startTargetStandin({
       captchaUrl: captcha.url,
+      pageDelayMs: (options.targetDelays?.pageMs ?? 0) * timeScale,
+      postDelayMs: (options.targetDelays?.postMs ?? 0) * timeScale,
       port: lsConfig?.targetPort ?? 0,
       host: local ? '0.0.0.0' : '127.0.0.1',
     });

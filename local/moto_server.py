@@ -10,7 +10,8 @@ DynamoDB stream mappings get the same treatment (moto would invoke inside each t
 moto also checks a DynamoDB ConditionExpression and applies the write without a lock, so two
 concurrent conditional writes to one item can both succeed (measured: 5 concurrent claims of
 one key had more than one winner in 16 of 40 rounds). Real DynamoDB never allows that and
-threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes.
+threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes,
+and each SQS ReceiveMessage pass (one message must never go to two receivers).
 
 Prints one JSON line {"port": N} on stdout once the server listens, then serves until
 stdin closes or the process is signalled.
@@ -22,6 +23,7 @@ import json
 import signal
 import sys
 import threading
+import time
 
 try:
     from moto.dynamodb.models import DynamoDBBackend
@@ -88,6 +90,27 @@ def _serialized(method):
 for _name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
     if hasattr(DynamoDBBackend, _name):
         setattr(DynamoDBBackend, _name, _serialized(getattr(DynamoDBBackend, _name)))
+
+# ReceiveMessage picks and marks messages without a lock too: two concurrent receives were handed
+# the same message. Each pass over the queue runs under a lock here; a long poll waits for new
+# messages outside it (moto's own condition wakes it), so receives stay concurrent like Lambda's
+# pollers and a waiting long poll never holds up another receive.
+_sqs_receive_lock = threading.Lock()
+_receive_message = sqs_models.SQSBackend.receive_message
+
+
+def _locked_receive(self, queue_name, count, wait_seconds_timeout, visibility_timeout, *args, **kwargs):
+    end = time.monotonic() + (wait_seconds_timeout or 0)
+    while True:
+        with _sqs_receive_lock:
+            result = _receive_message(self, queue_name, count, 0, visibility_timeout, *args, **kwargs)
+        left = end - time.monotonic()
+        if result or left <= 0:
+            return result
+        self.get_queue(queue_name).wait_for_messages(min(left, 1.0))
+
+
+sqs_models.SQSBackend.receive_message = _locked_receive
 
 
 def main():

@@ -266,7 +266,7 @@ export class LocalRuntime {
 
   stats(): RuntimeStats {
     const functions: Record<string, FunctionStats> = {};
-    for (const [name, host] of this.hosts) functions[name] = { ...host.stats };
+    for (const [name, host] of this.hosts) functions[name] = structuredClone(host.stats);
     return {
       functions,
       mappings: [...this.pollers.values()].map((p) => ({ ...p.stats })),

@@ -36,6 +36,10 @@ export interface TargetStandinOptions {
   sitekey?: string;
   /** Fields a token is accepted from; default g-recaptcha-response, cf-turnstile-response. */
   tokenFields?: string[];
+  /** Every page load answers after this long, like a real form's server time (real ms). @default 0 */
+  pageDelayMs?: number;
+  /** Every form POST answers after this long (real ms). @default 0 */
+  postDelayMs?: number;
 }
 
 export interface TargetStandinStats {
@@ -108,6 +112,14 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
   const sessions = new Map<string, string>();
   let stats = emptyStats();
   const tokens: string[] = [];
+  const pageDelayMs = options.pageDelayMs ?? 0;
+  const postDelayMs = options.postDelayMs ?? 0;
+  for (const [name, v] of [
+    ['pageDelayMs', pageDelayMs],
+    ['postDelayMs', postDelayMs],
+  ] as const) {
+    if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`${name} must be a number >= 0, got ${v}`);
+  }
 
   const reject = (res: ServerResponse, status: number, reason: string) => {
     stats.rejections[reason] = (stats.rejections[reason] ?? 0) + 1;
@@ -140,6 +152,8 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       return;
     }
     const isPost = req.method === 'POST';
+    const delayMs = isPost ? postDelayMs : req.method === 'GET' ? pageDelayMs : 0;
+    if (delayMs > 0) await sleep(delayMs);
     if (control === (isPost ? 'slow-post' : 'slow-page')) await sleep(Number(arg) || 0);
     if (control === (isPost ? 'fail-post' : 'fail-page')) {
       const status = Number(arg) || 500;

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   answerSeenAtMs,
   bucketCounts,
+  busyShare,
   efficiency,
   expectedPollWaitMs,
   mean,
@@ -243,5 +244,21 @@ describe('round', () => {
     expect(round(2.5, 0)).toBe(3);
     expect(round(Number.NaN)).toBeNull();
     expect(round(Number.POSITIVE_INFINITY)).toBeNull();
+  });
+});
+
+describe('busyShare', () => {
+  it('divides the busy thread-time between two instants by threads × the time between', () => {
+    // Cumulative busy thread-ms: 2 of 4 threads busy for the first 10 s, all 4 for the next 10 s.
+    const busy = [
+      { t: 0, ms: 0 },
+      { t: 10, ms: 20_000 },
+      { t: 20, ms: 60_000 },
+    ];
+    expect(busyShare(busy, 0, 20, 4)).toBeCloseTo(0.75);
+    expect(busyShare(busy, 10, 20, 4)).toBeCloseTo(1);
+    // Between samples it interpolates.
+    expect(busyShare(busy, 5, 15, 4)).toBeCloseTo(0.75);
+    expect(busyShare(busy, 5, 5, 4)).toBeNaN();
   });
 });

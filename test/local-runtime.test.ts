@@ -293,6 +293,43 @@ describe('local runtime', () => {
     });
   }
 
+  it('the moto launcher hands each message to one of 12 concurrent receives, and a waiting long poll wakes for a new message', async () => {
+    // Prepare
+    const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `receives-${++counter}` }));
+    for (let i = 0; i < 30; i += 10) {
+      await sqs.send(
+        new SendMessageBatchCommand({
+          QueueUrl,
+          Entries: Array.from({ length: 10 }, (_, j) => ({ Id: String(j), MessageBody: `m${i + j}` })),
+        }),
+      );
+    }
+
+    // Act: 12 receivers at once, each taking what it can in a few rounds
+    const taken: string[] = [];
+    await Promise.all(
+      Array.from({ length: 12 }, async () => {
+        for (let round = 0; round < 4; round++) {
+          const out = await sqs.send(
+            new ReceiveMessageCommand({ QueueUrl, MaxNumberOfMessages: 1, VisibilityTimeout: 300 }),
+          );
+          for (const m of out.Messages ?? []) taken.push(m.MessageId ?? '');
+        }
+      }),
+    );
+    const started = Date.now();
+    const waiting = sqs.send(new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 10 }));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await sqs.send(new SendMessageCommand({ QueueUrl, MessageBody: 'late' }));
+    const late = await waiting;
+
+    // Assess: all 30 taken, none twice; the long poll returned the late message, not its timeout
+    expect(taken).toHaveLength(30);
+    expect(new Set(taken).size).toBe(30);
+    expect(late.Messages?.map((m) => m.Body)).toEqual(['late']);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
   it('invokes the deployed code with Lambda SQS event and context shapes and deletes the message after success', async () => {
     // Prepare
     const fn = await deploy({ timeout: 7, env: { SECRET_VALUE: 'not-for-logs' } });
@@ -334,6 +371,17 @@ describe('local runtime', () => {
       AWS_REGION: 'us-east-1',
     });
     expect(runtime.stats().functions[fn.name]).toMatchObject({ invocations: 1, inFlight: 0, errors: 0 });
+    // Each execution environment reports its peak heap; the process its peak RSS.
+    const memory = runtime.stats().functions[fn.name]?.memory;
+    expect(memory?.environments).toHaveLength(1);
+    expect(memory?.environments[0]?.peakHeapUsed).toBeGreaterThan(0);
+    expect(memory?.environments[0]?.peakHeapTotal).toBeGreaterThanOrEqual(
+      memory?.environments[0]?.peakHeapUsed ?? 0,
+    );
+    expect(memory?.processPeakRss).toBeGreaterThan(memory?.environments[0]?.peakHeapUsed ?? 0);
+    await waitFor('the REPORT line', () =>
+      /REPORT RequestId: \S+ Heap Used: [\d.]+ MB/.test(readFileSync(join(logDir, `${fn.name}.log`), 'utf8')),
+    );
   });
 
   it('writes function output to the function log file with secrets redacted', async () => {

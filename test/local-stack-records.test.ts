@@ -6,6 +6,8 @@ import { validateJobMessage } from '../functions/shared/job-schema.js';
 import {
   expectedOutcomes,
   generatedRecords,
+  mixedTypes,
+  parseMix,
   readRecordsFile,
   sampleRecords,
 } from '../local/local-stack-records.js';
@@ -56,5 +58,27 @@ describe('local stack records', () => {
     // Assess
     expect(lines).toEqual(['{"record_key":"a"}', '  {not json', '{"record_key":"a"}']);
     expect(expectedOutcomes(lines)).toEqual({ keys: new Set(['a']), unkeyed: 1 });
+  });
+
+  it('generates records by the weights of a mix, spread through the run', () => {
+    const mix = parseMix('recaptcha_v2=3, turnstile=1');
+    expect(mix).toEqual({ recaptcha_v2: 3, turnstile: 1 });
+    const types = mixedTypes(8, mix);
+    expect(types.filter((t) => t === 'turnstile')).toHaveLength(2);
+    expect(types.slice(0, 4).filter((t) => t === 'turnstile')).toHaveLength(1);
+    const bodies = generatedRecords(TARGET, 'site-key', 4, 'mix', { recaptcha_v2: 1 });
+    const results = bodies.map((b) => validateJobMessage(b));
+    expect(results.map((r) => (r.ok ? (r.job.captcha?.type ?? 'recaptcha_v2') : 'invalid'))).toEqual(
+      Array(4).fill('recaptcha_v2'),
+    );
+  });
+
+  it.each([
+    ['hcaptcha=1', /unknown or unsupported CAPTCHA type "hcaptcha"/],
+    ['image=1', /unsupported CAPTCHA type "image"/],
+    ['recaptcha_v2=x', /weight of recaptcha_v2/],
+    ['turnstile=0', /at least one type/],
+  ])('refuses the mix %s with a message naming the problem', (text, message) => {
+    expect(() => parseMix(text)).toThrow(message);
   });
 });

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
+import { parseMix, type RecordMix } from '../../local/local-stack-records.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseCount, parsePositive } from './solve.js';
 
@@ -13,6 +14,16 @@ interface BenchCommandOptions {
   name?: string;
   baseline: boolean;
   json?: boolean;
+  mix?: RecordMix;
+}
+
+/** `--mix TYPE=WEIGHT,…` (shared with `threadgate local`). */
+export function parseMixOption(raw: string): RecordMix {
+  try {
+    return parseMix(raw);
+  } catch (err) {
+    throw new InvalidArgumentError(err instanceof Error ? err.message : String(err));
+  }
 }
 
 function parseAtLeastOne(raw: string): number {
@@ -60,6 +71,11 @@ export function registerBench(program: Command): void {
     )
     .option('--out-dir <dir>', 'where the JSON and SVG go (default bench/results)')
     .option('--name <name>', 'file name without extension (default <UTC time>-t<threads>-n<records>)')
+    .option(
+      '--mix <TYPE=WEIGHT,…>',
+      `CAPTCHA types of the records by weight, e.g. recaptcha_v2=1 (default: every type in turn)`,
+      parseMixOption,
+    )
     .option('--no-baseline', 'skip the uncapped baseline')
     .option('--json', 'print the JSON report instead of the table')
     .addHelpText(
@@ -97,6 +113,7 @@ Examples:
           outDir: opts.outDir,
           name: opts.name,
           baseline: opts.baseline,
+          mix: opts.mix,
           log: (line) => process.stderr.write(`${line}\n`),
           signal: controller.signal,
         });

@@ -188,6 +188,7 @@ export async function processRecord(
     );
     return finished(written.written, status, deps, log, {
       targetStatus: posted.status,
+      polls: solved.polls,
       ...timing.fields(),
     });
   } catch (err) {

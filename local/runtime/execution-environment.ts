@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import type { LogSink } from './log-sink.js';
-import { type DeployedFunction, errorMessage, type InvokeResult } from './types.js';
+import { type DeployedFunction, errorMessage, type InvokeResult, type MemorySample } from './types.js';
 
 const THREAD_BOOTSTRAP = new URL('./lambda-environment.mjs', import.meta.url);
 
@@ -63,12 +63,20 @@ export class ExecutionEnvironment {
     });
     this.worker.on(
       'message',
-      (msg: { type: string; id: string; ok: boolean; payload?: unknown; error?: never }) => {
+      (msg: {
+        type: string;
+        id: string;
+        ok: boolean;
+        payload?: unknown;
+        error?: never;
+        memory?: MemorySample;
+      }) => {
         if (msg.type === 'ready' || msg.type === 'init-error') {
           this.markReady(msg.type === 'ready' ? undefined : msg.error);
           return;
         }
         if (msg.type !== 'result' || this.pending?.id !== msg.id) return;
+        if (msg.memory) this.noteMemory(msg.memory);
         const { resolve } = this.pending;
         this.pending = undefined;
         resolve({ ok: msg.ok, payload: msg.payload, error: msg.error });
@@ -86,6 +94,23 @@ export class ExecutionEnvironment {
     this.worker.on('exit', (code) =>
       fail('Runtime.ExitError', `execution environment exited with code ${code}`),
     );
+  }
+
+  /** Peaks of this environment's heap (bytes) and of the process's RSS, after its invocations. */
+  readonly memory = {
+    peakHeapUsed: 0,
+    peakHeapTotal: 0,
+    peakExternal: 0,
+    peakRss: 0,
+    last: undefined as MemorySample | undefined,
+  };
+
+  private noteMemory(m: MemorySample): void {
+    this.memory.peakHeapUsed = Math.max(this.memory.peakHeapUsed, m.heapUsed);
+    this.memory.peakHeapTotal = Math.max(this.memory.peakHeapTotal, m.heapTotal);
+    this.memory.peakExternal = Math.max(this.memory.peakExternal, m.external);
+    this.memory.peakRss = Math.max(this.memory.peakRss, m.rss);
+    this.memory.last = m;
   }
 
   async whenReady(): Promise<void> {

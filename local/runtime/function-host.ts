@@ -8,7 +8,7 @@ import {
 import type { LocalRuntime } from '../runtime.js';
 import { ExecutionEnvironment } from './execution-environment.js';
 import { LogSink } from './log-sink.js';
-import type { DeployedFunction, FunctionStats, InvokeResult } from './types.js';
+import type { DeployedFunction, EnvironmentMemory, FunctionStats, InvokeResult } from './types.js';
 
 /** A deployed function: its configuration, its idle environments and its counters. */
 export class FunctionHost {
@@ -20,7 +20,9 @@ export class FunctionHost {
     timeouts: 0,
     throttles: 0,
     reservedConcurrency: undefined,
+    memory: { environments: [], processPeakRss: 0 },
   };
+  private readonly seen = new Map<string, EnvironmentMemory>();
   private idle: ExecutionEnvironment[] = [];
   private readonly busy = new Set<ExecutionEnvironment>();
   private readonly log: LogSink;
@@ -85,6 +87,28 @@ export class FunctionHost {
     this.idle.push(...fresh.filter((e) => !e.dead));
   }
 
+  /** Like Lambda's REPORT line, with the environment's own heap in place of its max memory used. */
+  private noteMemory(env: ExecutionEnvironment, requestId: string): void {
+    const m = env.memory;
+    if (!m.last) return;
+    const mb = (b: number) => (b / 1048576).toFixed(1);
+    this.log.line(
+      `${env.id} REPORT RequestId: ${requestId} Heap Used: ${mb(m.last.heapUsed)} MB Peak Heap Total: ${mb(m.peakHeapTotal)} MB Peak External: ${mb(m.peakExternal)} MB Process RSS: ${mb(m.last.rss)} MB`,
+    );
+    let entry = this.seen.get(env.id);
+    if (!entry) {
+      entry = { id: env.id, peakHeapUsed: 0, peakHeapTotal: 0, peakExternal: 0 };
+      this.seen.set(env.id, entry);
+      this.stats.memory.environments.push(entry);
+    }
+    Object.assign(entry, {
+      peakHeapUsed: m.peakHeapUsed,
+      peakHeapTotal: m.peakHeapTotal,
+      peakExternal: m.peakExternal,
+    });
+    this.stats.memory.processPeakRss = Math.max(this.stats.memory.processPeakRss, m.peakRss);
+  }
+
   async invoke(event: unknown): Promise<InvokeResult> {
     const fn = this.fn;
     if (!fn) throw new Error(`function ${this.name} is not loaded`);
@@ -118,6 +142,7 @@ export class FunctionHost {
       this.stats.inFlight--;
       this.busy.delete(env);
       this.log.line(`${env.id} END RequestId: ${requestId} Duration: ${Date.now() - started} ms`);
+      this.noteMemory(env, requestId);
       if (!env.dead && this.fn === fn && !this.runtime.stopped) this.idle.push(env);
       else void env.terminate();
     }

@@ -5,7 +5,8 @@
 // Protocol with the parent: {type: 'ready'} or {type: 'init-error', error} once the handler
 // module is loaded; then {type: 'invoke', id, event, context} in, {type: 'result', id, ok,
 // payload | error} out. Like Lambda, the handler module stays loaded between invocations
-// (warm starts), and one environment runs one invocation at a time.
+// (warm starts), and one environment runs one invocation at a time. Each result carries the
+// thread's memory after the invocation (its own V8 heap; rss is the whole process's).
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -53,6 +54,11 @@ function callHandler(fn, event, context) {
   });
 }
 
+function memory() {
+  const m = process.memoryUsage();
+  return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, rss: m.rss };
+}
+
 function serializeError(err) {
   const error = err instanceof Error ? err : new Error(String(err));
   return { errorType: error.name || 'Error', errorMessage: error.message, stack: error.stack };
@@ -82,8 +88,8 @@ parentPort.on('message', async (message) => {
     const result = await callHandler(fn, event, context);
     // Lambda serializes the response to JSON; do the same so the parent sees what AWS would.
     const payload = result === undefined ? null : JSON.parse(JSON.stringify(result));
-    parentPort.postMessage({ type: 'result', id, ok: true, payload });
+    parentPort.postMessage({ type: 'result', id, ok: true, payload, memory: memory() });
   } catch (err) {
-    parentPort.postMessage({ type: 'result', id, ok: false, error: serializeError(err) });
+    parentPort.postMessage({ type: 'result', id, ok: false, error: serializeError(err), memory: memory() });
   }
 });

@@ -118,19 +118,6 @@ export class SqsPoller {
     });
   }
 
-  /**
-   * moto picks and marks messages in ReceiveMessage without a lock, so two concurrent receives
-   * can be handed the same message (seen: an unkeyed bad message copied to the DLQ twice).
-   * The slots of one mapping therefore receive one at a time; the receive is short next to a
-   * solve, so this costs no concurrency.
-   */
-  private receiveChain: Promise<unknown> = Promise.resolve();
-  private oneReceiveAtATime<T>(receive: () => Promise<T>): Promise<T> {
-    const run = this.receiveChain.then(receive, receive);
-    this.receiveChain = run.catch(() => undefined);
-    return run;
-  }
-
   private async loop(index: number): Promise<void> {
     let idleMs = 0;
     while (!this.runtime.stopped) {
@@ -144,16 +131,16 @@ export class SqsPoller {
         await this.fresh();
         if (!this.stats.enabled || index >= this.stats.limit) continue;
         const queueUrl = this.queueUrl;
-        const out = await this.oneReceiveAtATime(() =>
-          this.runtime.sqs.send(
-            new ReceiveMessageCommand({
-              QueueUrl: queueUrl,
-              MaxNumberOfMessages: this.stats.batchSize,
-              WaitTimeSeconds: this.runtime.receiveWaitSeconds,
-              MessageSystemAttributeNames: ['All'],
-              MessageAttributeNames: ['All'],
-            }),
-          ),
+        // Concurrent receives, like Lambda's pollers: the moto launcher makes each one safe
+        // (local/moto_server.py), so one message never goes to two slots.
+        const out = await this.runtime.sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: queueUrl,
+            MaxNumberOfMessages: this.stats.batchSize,
+            WaitTimeSeconds: this.runtime.receiveWaitSeconds,
+            MessageSystemAttributeNames: ['All'],
+            MessageAttributeNames: ['All'],
+          }),
         );
         messages = out.Messages ?? [];
       } catch (err) {
@@ -168,8 +155,8 @@ export class SqsPoller {
       }
       if (this.runtime.stopped) return;
       if (messages.length === 0) {
-        // An empty queue: back off up to one second between short polls.
-        idleMs = Math.min(1000, Math.max(50, idleMs * 2));
+        // A long poll already waited for a message; short polls back off up to one second.
+        if (this.runtime.receiveWaitSeconds === 0) idleMs = Math.min(1000, Math.max(50, idleMs * 2));
         continue;
       }
       idleMs = 0;

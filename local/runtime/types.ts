@@ -20,8 +20,10 @@ export interface LocalRuntimeOptions {
   unreservedLimit?: number;
   /**
    * Long-poll wait of each ReceiveMessage, in seconds. The default 0 (short polls with an idle
-   * back-off up to 1 s) keeps a receive from straddling a disable: moto marks a message received
-   * even when the long poll that took it is no longer wanted. @default 0
+   * back-off up to 1 s on an empty queue) keeps a receive from straddling a disable: moto marks
+   * a message received even when the long poll that took it is no longer wanted (a waiting long
+   * poll takes a message sent after the disable, and its receive count grows). With a long
+   * poll, a message sent to an empty queue wakes a waiting receive at once. @default 0
    */
   receiveWaitSeconds?: number;
   /** A mapping read older than this is refreshed before the next receive, in ms. @default 100 */
@@ -52,6 +54,26 @@ export interface FunctionStats {
   timeouts: number;
   throttles: number;
   reservedConcurrency: number | undefined;
+  /**
+   * Memory of each execution environment (one worker thread each): its V8 heap's peaks, in
+   * bytes, seen after its invocations. Threads share one process, so rss is the process's peak.
+   */
+  memory: { environments: EnvironmentMemory[]; processPeakRss: number };
+}
+
+export interface EnvironmentMemory {
+  id: string;
+  peakHeapUsed: number;
+  peakHeapTotal: number;
+  peakExternal: number;
+}
+
+/** What an environment reports after an invocation (bytes; rss is the whole process's). */
+export interface MemorySample {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+  rss: number;
 }
 
 export interface MappingStats {
