@@ -21,6 +21,7 @@ import {
 import { checkLocalStack } from './localstack-health.js';
 import { deployToLocalStack, localStackSettings, localStackTargetConfig } from './localstack-target.js';
 import { type MotoServer, startMoto } from './moto.js';
+import { newRunDir } from './run-dirs.js';
 import { LocalRuntime, type RuntimeEvent } from './runtime.js';
 import { startTargetStandin, type TargetStandin } from './target-standin.js';
 
@@ -115,18 +116,13 @@ export function localSettings(o: {
   };
 }
 
-function runDir(): string {
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  return join(REPO_ROOT, '.local-stack', 'runs', `${stamp}-${randomBytes(3).toString('hex')}`);
-}
-
 export async function startLocalStack(options: LocalStackOptions = {}): Promise<LocalStack> {
   const target =
     options.target ?? (process.env.THREADGATE_E2E_TARGET === 'localstack' ? 'localstack' : 'moto');
   const threads = options.threads ?? 8;
   const reserve = options.reserve ?? 2;
   const timeScale = options.timeScale ?? 0.01;
-  const logDir = options.logDir ?? runDir();
+  const logDir = options.logDir ?? newRunDir(join(REPO_ROOT, '.local-stack', 'runs'));
   mkdirSync(logDir, { recursive: true });
   const phase = options.onPhase ?? (() => undefined);
   const cleanups: (() => Promise<unknown>)[] = [];

@@ -20,6 +20,7 @@ stdin closes or the process is signalled.
 import argparse
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -139,6 +140,14 @@ def main():
             done.set()
 
     threading.Thread(target=wait_stdin, daemon=True).start()
+
+    def watch_parent(parent=os.getppid()):
+        # Belt and braces for a parent that dies while another process still holds our stdin.
+        while os.getppid() == parent and not done.wait(1):
+            pass
+        done.set()
+
+    threading.Thread(target=watch_parent, daemon=True).start()
     done.wait()
     server.stop()
 

@@ -596,7 +596,16 @@ describe('cap adjuster handler', () => {
           function_name: 'tg-test-cap-adjuster',
         });
       }
+      const again = await handler({ time: '2026-01-01T00:01:00Z' }, {
+        functionName: 'tg-test-cap-adjuster',
+        awsRequestId: 'adjuster-req-2',
+      } as Context);
+      expect(again).toMatchObject({ outcome: 'unchanged' });
       expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
+      // The run that changed nothing logs at debug, below the default INFO level.
+      const runs = stdout.lines().filter((l) => l.includes('"cap adjuster run"'));
+      expect(runs).toHaveLength(1);
+      expect(runs[0]).toContain('"changed"');
       const emf = stdout.lines().filter((l) => l.includes('"_aws"'));
       expect(emf.join('\n')).toContain('"PlanThreads"');
       expect(stdout.lines().join('\n')).not.toContain(API_KEY);

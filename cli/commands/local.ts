@@ -5,6 +5,7 @@ import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
 import { generatedRecords, readRecordsFile, sampleRecords } from '../../local/local-stack-records.js';
 import { type RunProgress, type RunSummary, runRecords } from '../../local/local-stack-run.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { KEEP_ENV_FILE, registerLocalEnv, removeKeepEnv, writeKeepEnv } from './local-env.js';
 
 interface LocalOptions {
   records?: string;
@@ -66,24 +67,43 @@ export function summaryText(s: RunSummary): string {
 }
 
 function keepText(stack: LocalStack): string {
-  const env = {
-    ...stack.awsEnv,
-    THREADGATE_STACK: stack.stackName,
-  };
   return [
     'The local stack keeps running. In another shell:',
-    ...Object.entries(env).map(([k, v]) => `  export ${k}=${v}`),
-    '  npx threadgate status        # then enqueue, outcomes, pause, resume, redrive …',
+    '  eval "$(npx threadgate local env)"   # AWS endpoint, stack, CAPTCHAAI_URL/_API_KEY/_TIME_SCALE',
+    '  npx threadgate status        # then enqueue, outcomes, pause, resume, redrive, solve, threads …',
+    `(the exports are in ${KEEP_ENV_FILE}, mode 0600, while this runs)`,
     `CaptchaAI stand-in: ${stack.captcha.url} (control: POST ${stack.captcha.url}/control, e.g. {"threads":4})`,
     `Target site stand-in: ${stack.site.url}/form/<record key> (sitekey ${stack.site.sitekey})`,
     `Queue: ${stack.outputs.QueueUrl}`,
     `Logs: ${stack.logDir}`,
-    'Ctrl-C stops everything.',
+    `Ctrl-C (or SIGTERM/SIGHUP to this process or its npm/npx parent) stops everything; pid ${process.pid}.`,
   ].join('\n');
 }
 
+/**
+ * Calls `onGone` once the process that started this one exits. npm and npx do not always pass a
+ * signal on (`kill -TERM <npx pid>` ends npx and left this process serving); without a parent
+ * nobody is left to stop what this process started, so it stops it itself.
+ */
+function watchParent(onGone: () => void, everyMs = 500): () => void {
+  const parent = process.ppid;
+  const timer = setInterval(() => {
+    try {
+      process.kill(parent, 0);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') return;
+      clearInterval(timer);
+      onGone();
+    }
+  }, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 export function registerLocal(program: Command): void {
-  program
+  const local = program
     .command('local')
     .description(
       'Run threadgate on this machine: moto (AWS emulator), CaptchaAI and target-site stand-ins, the real CDK app deployed to moto, and a local Lambda runtime; then enqueue records and watch them finish.',
@@ -147,16 +167,20 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
       const stop = () => {
         stopping ??= (async () => {
           aborter.abort();
+          removeKeepEnv();
           await stack?.stop();
         })();
         return stopping;
       };
+      let signalled = false;
       const onSignal = () => {
+        if (signalled) return;
+        signalled = true;
         say('stopping every process started …');
         void stop().then(() => process.exit(130));
       };
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
+      for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
+      const unwatch = watchParent(onSignal);
       try {
         const started = Date.now();
         stack = await startLocalStack({
@@ -204,6 +228,7 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
           );
         }
         if (options.keep) {
+          writeKeepEnv(stack);
           say(keepText(stack));
           await new Promise<void>((resolve) => aborter.signal.addEventListener('abort', () => resolve()));
           return;
@@ -216,9 +241,10 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
           );
         }
       } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
+        for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
+        unwatch();
         await stop();
       }
     });
+  registerLocalEnv(local);
 }

@@ -47,9 +47,8 @@ export function registerSolveCommand(program: Command): void {
     .option('--invisible', 'invisible reCAPTCHA (v2 or Enterprise)')
     .option(
       '--time-scale <factor>',
-      'multiply every wait, the deadline and the HTTP timeout',
+      'multiply every wait, the deadline and the HTTP timeout (default: CAPTCHAAI_TIME_SCALE or 1)',
       parsePositive,
-      1,
     )
     .option('--json', 'print one JSON object instead of text')
     .option('--show-token', 'also print the token (use it at once; never store it)')
