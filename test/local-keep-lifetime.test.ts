@@ -144,7 +144,7 @@ describe('npm run local -- --keep', () => {
       ],
       { cwd: ROOT, env: { ...env, ...exported }, encoding: 'utf8', timeout: 60_000 },
     );
-    expect(solve.status).toBe(0);
+    expect({ status: solve.status, stderr: solve.stderr }).toEqual({ status: 0, stderr: '' });
     expect(JSON.parse(solve.stdout)).toMatchObject({ outcome: 'solved', type: 'turnstile' });
     expect(pids.length).toBeGreaterThanOrEqual(2); // node and moto's launcher at least
     for (const port of ports) expect(await listening(port)).toBe(true);
