@@ -1,9 +1,45 @@
-import { createHash, randomBytes, randomInt } from 'node:crypto';
+import { randomInt } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TOKEN_LIFETIME_MS } from '../functions/shared/captchaai/timings.js';
 import type { CaptchaType } from '../functions/shared/captchaai/types.js';
-import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js';
+import {
+  checkBool,
+  checkCount,
+  checkFaults,
+  isRecord,
+  keyFingerprint,
+  makeToken,
+  NO_FAULTS,
+  normalizeUrl,
+  parseTask,
+  readBody,
+  send,
+  sendJson,
+} from './captchaai-standin-http.js';
+import {
+  type CaptchaStandin,
+  DEFAULT_LATENCY,
+  type FaultRates,
+  type InjectableEndpoint,
+  type InjectedReply,
+  type LatencyDistribution,
+  type StandinOptions,
+} from './captchaai-standin-types.js';
+import { HOSTILE_KINDS, sendHostile } from './hostile-reply.js';
+
+export { keyFingerprint } from './captchaai-standin-http.js';
+export type {
+  CaptchaStandin,
+  ControlRequest,
+  FaultRates,
+  InjectableEndpoint,
+  InjectedReply,
+  LatencyDistribution,
+  StandinOptions,
+  StandinStats,
+} from './captchaai-standin-types.js';
+export { DEFAULT_LATENCY } from './captchaai-standin-types.js';
 
 /**
  * A local stand-in for CaptchaAI's HTTP API with a real thread limit: every task holds one of
@@ -16,160 +52,11 @@ import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js
  * `POST /control`, `POST /verify` (single-use token check for a target site), `GET /health`.
  */
 
-/** Uniform solve latency between `minMs` and `maxMs` (before the time scale). */
-export interface LatencyDistribution {
-  minMs: number;
-  maxMs: number;
-}
-
-/** Probabilities (0..1) of each fault, drawn per request (per task for unsolvable / neverFinish). */
-export interface FaultRates {
-  /** The task ends as ERROR_CAPTCHA_UNSOLVABLE after its latency. */
-  unsolvable: number;
-  /** in.php / res.php get answer a 502 HTML page. */
-  html502: number;
-  /** in.php / res.php get answer `ERROR_SERVER_ERROR` as plain text, even with json=1. */
-  plainTextError: number;
-  /** The answer is delayed by `slowMs`. */
-  slow: number;
-  /** The connection is closed without an answer. */
-  drop: number;
-  /** The task never finishes; it releases its thread after `abandonAfterMs`. */
-  neverFinish: number;
-  /** in.php / res.php get answer `IP_BANNED` as plain text. */
-  ipBanned: number;
-  /** in.php / res.php get answer HTTP 429 with an HTML page (a proxy's rate limit). */
-  http429: number;
-  /** in.php / res.php get answer `ERROR_TOO_MUCH_REQUESTS` (JSON with json=1, else plain text). */
-  tooManyRequests: number;
-}
-
-export interface StandinOptions {
-  /** 0 = ephemeral. @default 0 */
-  port?: number;
-  /** @default 127.0.0.1 */
-  host?: string;
-  /** Plan threads. */
-  threads: number;
-  /** The one valid API key (replaceable while running: `setApiKey`, `POST /control {"apiKey"}`). */
-  apiKey: string;
-  /** Multiplies every latency, delay and token lifetime. @default 1 */
-  timeScale?: number;
-  /** Per-type solve latency. @default DEFAULT_LATENCY */
-  latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
-  /** @default all 0 */
-  faults?: Partial<FaultRates>;
-  /** A never-finishing task releases its thread after this (scaled). @default 300000 */
-  abandonAfterMs?: number;
-  /** Delay of a `slow` answer (scaled). @default 20000 */
-  slowMs?: number;
-  /** How in.php's JSON carries the task id: CaptchaAI sends both forms. @default 'mixed' (alternates) */
-  taskIdAs?: 'string' | 'number' | 'mixed';
-  /** Random source for latencies and faults. @default Math.random */
-  random?: () => number;
-}
-
-/** A canned answer that replaces the next in.php or res.php `get` answer (tests script rare replies with it). */
-export interface InjectedReply {
-  /** @default 200 */
-  status?: number;
-  /** @default '' */
-  body?: string;
-  /** @default text/plain */
-  contentType?: string;
-  /** Close the connection instead of answering. */
-  drop?: boolean;
-  /** Answer after this long (scaled). */
-  delayMs?: number;
-  /** Answer like a broken peer instead: a 50 MiB body, an endless body, or headers and then nothing. */
-  hostile?: HostileKind;
-}
-
-export type InjectableEndpoint = 'in.php' | 'res.php';
-
-export interface StandinStats {
-  threads: number;
-  /** Tasks holding a thread now. */
-  inFlight: number;
-  /** The most tasks that ever held threads at once (since start or reset). */
-  maxInFlight: number;
-  /** in.php requests received, whatever their answer. */
-  submits: number;
-  submitsByPageurl: Record<string, number>;
-  /** in.php requests per recognized CAPTCHA type. */
-  submitsByType: Record<string, number>;
-  /** res.php `get` requests received. */
-  polls: number;
-  /** Error answers sent, per code (`HTML_502`, `DROPPED` for faults without a code). */
-  errors: Record<string, number>;
-  zeroBalance: number;
-  solved: number;
-  /** Thread-milliseconds held by tasks since start or reset (the plan's busy thread-time). */
-  busyThreadMs: number;
-  keyRevoked: boolean;
-  planActive: boolean;
-  /**
-   * in.php and res.php requests per key, keyed by `keyFingerprint(key)` so that neither the
-   * stats nor a log of them ever holds a key (tests compute the fingerprint of the key they ask about).
-   */
-  requestsByKey: Record<string, number>;
-}
-
-export interface ControlRequest {
-  threads?: number;
-  /** Makes this 32-character key the valid one; every other key answers ERROR_KEY_DOES_NOT_EXIST. */
-  apiKey?: string;
-  keyRevoked?: boolean;
-  planActive?: boolean;
-  faults?: Partial<FaultRates>;
-  inject?: Partial<Record<InjectableEndpoint, InjectedReply[]>>;
-}
-
-export interface CaptchaStandin {
-  url: string;
-  port: number;
-  setThreads(n: number): void;
-  setKeyRevoked(v: boolean): void;
-  /** Makes `key` the one valid key (a rotation at CaptchaAI: the old key stops working at once). */
-  setApiKey(key: string): void;
-  setPlanActive(v: boolean): void;
-  setFaults(f: Partial<FaultRates>): void;
-  /** Queues canned answers for the next requests to `endpoint` (res.php: `action=get` only). */
-  inject(endpoint: InjectableEndpoint, replies: InjectedReply[]): void;
-  stats(): StandinStats;
-  resetStats(): void;
-  close(): Promise<void>;
-}
-
-/** Modelled on CaptchaAI's published times: reCAPTCHA v2 under 60 s, Turnstile 5-15 s. */
-export const DEFAULT_LATENCY: Record<CaptchaType, LatencyDistribution> = {
-  recaptcha_v2: { minMs: 15_000, maxMs: 60_000 },
-  recaptcha_v3: { minMs: 10_000, maxMs: 30_000 },
-  recaptcha_enterprise: { minMs: 15_000, maxMs: 60_000 },
-  turnstile: { minMs: 5_000, maxMs: 15_000 },
-  image: { minMs: 2_000, maxMs: 10_000 },
-};
-
-const NO_FAULTS: FaultRates = {
-  unsolvable: 0,
-  html502: 0,
-  plainTextError: 0,
-  slow: 0,
-  drop: 0,
-  neverFinish: 0,
-  ipBanned: 0,
-  http429: 0,
-  tooManyRequests: 0,
-};
-
 const HTML_429 =
   '<html>\r\n<head><title>429 Too Many Requests</title></head>\r\n<body>\r\n<center><h1>429 Too Many Requests</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
 
 const HTML_502 =
   '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n';
-
-const MAX_BODY_BYTES = 20 * 1024 * 1024;
-const MAX_IMAGE_BYTES = 600 * 1024;
 
 interface Task {
   id: string;
@@ -611,97 +498,4 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     },
   };
   return handle;
-}
-
-/** A short, one-way name for a key in the stand-in's stats (the key itself is never reported). */
-export function keyFingerprint(key: string): string {
-  return createHash('sha256').update(key).digest('hex').slice(0, 12);
-}
-
-/** Reads the in.php parameters into a task, or the error CaptchaAI would answer. */
-function parseTask(p: Params): { type: CaptchaType; sitekey: string; pageurl: string } | { error: string } {
-  const method = p.get('method');
-  if (method === 'base64') {
-    const body = p.get('body') ?? '';
-    if (body === '' || !/^[A-Za-z0-9+/=\s]+$/.test(body)) return { error: 'ERROR_ZERO_CAPTCHA_FILESIZE' };
-    if (Buffer.byteLength(body) * 0.75 > MAX_IMAGE_BYTES) return { error: 'ERROR_TOO_BIG_CAPTCHA_FILESIZE' };
-    return { type: 'image', sitekey: '', pageurl: '' };
-  }
-  if (method !== 'userrecaptcha' && method !== 'turnstile') return { error: 'ERROR_BAD_PARAMETERS' };
-  const sitekey = (method === 'turnstile' ? p.get('sitekey') : p.get('googlekey')) ?? '';
-  if (sitekey.trim() === '')
-    return { error: method === 'turnstile' ? 'ERROR_BAD_PARAMETERS' : 'ERROR_GOOGLEKEY' };
-  const pageurl = p.get('pageurl') ?? '';
-  if (!/^https?:\/\/[^\s/]+/i.test(pageurl)) return { error: 'ERROR_PAGEURL' };
-  const minScore = p.get('min_score');
-  if (minScore !== null && !(Number(minScore) >= 0.1 && Number(minScore) <= 0.9)) {
-    return { error: 'ERROR_BAD_PARAMETERS' };
-  }
-  if (method === 'turnstile') return { type: 'turnstile', sitekey, pageurl };
-  if (p.get('enterprise') === '1') return { type: 'recaptcha_enterprise', sitekey, pageurl };
-  if (p.get('version') === 'v3') return { type: 'recaptcha_v3', sitekey, pageurl };
-  return { type: 'recaptcha_v2', sitekey, pageurl };
-}
-
-function makeToken(type: CaptchaType): string {
-  if (type === 'image') return randomBytes(4).toString('hex');
-  if (type === 'turnstile') return `0.${randomBytes(240).toString('base64url')}`;
-  return `03A${randomBytes(384).toString('base64url')}`;
-}
-
-function normalizeUrl(u: string): string {
-  try {
-    return new URL(u).href;
-  } catch {
-    return u;
-  }
-}
-
-function send(res: ServerResponse, status: number, body: string, contentType: string): void {
-  res.writeHead(status, {
-    'content-type': `${contentType}; charset=utf-8`,
-    'content-length': Buffer.byteLength(body),
-  });
-  res.end(body);
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  send(res, status, JSON.stringify(body), 'application/json');
-}
-
-async function readBody(req: IncomingMessage): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY_BYTES) throw new RangeError('request body too large');
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function checkCount(name: string, n: unknown): number {
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) {
-    throw new RangeError(`${name} must be an integer >= 0, got ${String(n)}`);
-  }
-  return n;
-}
-
-function checkBool(name: string, v: unknown): boolean {
-  if (typeof v !== 'boolean') throw new RangeError(`${name} must be true or false`);
-  return v;
-}
-
-function checkFaults(f: FaultRates): FaultRates {
-  for (const [name, rate] of Object.entries(f)) {
-    if (!(name in NO_FAULTS)) throw new RangeError(`unknown fault "${name}"`);
-    if (typeof rate !== 'number' || !(rate >= 0 && rate <= 1)) {
-      throw new RangeError(`fault rate ${name} must be between 0 and 1, got ${String(rate)}`);
-    }
-  }
-  return f;
 }
