@@ -9,8 +9,6 @@ import type { LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
 
-export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
-
 export interface OutcomeRow {
   record_key: string;
   status: string;
@@ -65,15 +63,24 @@ function attr(attrs: Record<string, MessageAttributeValue> | undefined, name: st
  * The DLQ's messages with their reason attributes. Reading receives them with a short
  * visibility timeout, so they are back in the DLQ (for a redrive) a moment later.
  */
-export async function readDlq(
+export function readDlq(
   stack: Pick<LocalStack, 'sqs' | 'outputs'>,
+  visibilitySeconds = 2,
+): Promise<DlqEntry[]> {
+  return readMessages(stack, stack.outputs.DlqUrl, visibilitySeconds);
+}
+
+/** A queue's messages with the DLQ's reason attributes (when they carry them), read as readDlq reads. */
+export async function readMessages(
+  stack: Pick<LocalStack, 'sqs'>,
+  queueUrl: string,
   visibilitySeconds = 2,
 ): Promise<DlqEntry[]> {
   const seen = new Map<string, DlqEntry>();
   for (let round = 0; round < 1000; round++) {
     const out = await stack.sqs.send(
       new ReceiveMessageCommand({
-        QueueUrl: stack.outputs.DlqUrl,
+        QueueUrl: queueUrl,
         MaxNumberOfMessages: 10,
         VisibilityTimeout: visibilitySeconds,
         MessageAttributeNames: ['All'],

@@ -1,7 +1,8 @@
 import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
+import { isFinalStatus } from '../functions/shared/outcomes-store.js';
 import type { PipelineState } from '../functions/shared/pipeline-control.js';
 import type { LocalStack } from './local-stack.js';
-import { currentCap, FINAL_STATUSES, queueDepth, readDlq, readOutcomes } from './local-stack-observation.js';
+import { currentCap, queueDepth, readDlq, readOutcomes } from './local-stack-observation.js';
 import { expectedOutcomes } from './local-stack-records.js';
 
 /** A run on the local stack: feed records, watch progress until every record finished, summarize. */
@@ -77,6 +78,16 @@ export interface RunSummary {
   log_dir: string;
 }
 
+/**
+ * "Every record finished", the one definition `threadgate local`, the benchmark and the e2e
+ * suite share: each record with a usable record_key has a final outcome row (isFinalStatus:
+ * submitted, failed or rejected), and each message without one is in the DLQ. progressOf
+ * counts `done` that way; a run is finished when done reaches total.
+ */
+export function everyRecordFinished(p: Pick<RunProgress, 'done' | 'total'>): boolean {
+  return p.done >= p.total;
+}
+
 /** Counts toward "done": final outcome rows of the run's keys, plus DLQ messages. */
 export async function progressOf(
   stack: LocalStack,
@@ -98,7 +109,7 @@ export async function progressOf(
     // between sees a row without a status (real DynamoDB never shows that). It is a claim under way.
     if (typeof row.status !== 'string') continue;
     outcomes[row.status] = (outcomes[row.status] ?? 0) + 1;
-    if ((FINAL_STATUSES as readonly string[]).includes(row.status)) final++;
+    if (isFinalStatus(row.status)) final++;
   }
   const standin = stack.captcha.stats();
   const dlqCount = dlq.visible + dlq.inFlight;
@@ -155,7 +166,7 @@ export async function runRecords(
     if (feedError) throw feedError;
     last = await progressOf(stack, expected, startedAt, sent);
     options.onProgress?.(last);
-    if (last.done >= last.total && sent === bodies.length) break;
+    if (everyRecordFinished(last) && sent === bodies.length) break;
     if (last.paused && options.stopWhenPaused !== false) break;
     if (options.signal?.aborted || Date.now() - startedAt > timeoutMs) break;
   }
@@ -188,7 +199,7 @@ export async function summarize(
     zero_balance: standin.zeroBalance,
     invocations: worker?.invocations ?? 0,
     paused: last.paused,
-    complete: last.done >= last.total,
+    complete: everyRecordFinished(last),
     dlq_reasons: dlqReasons,
     deploy_s: stack.deploy ? Math.round(stack.deploy.timings.totalMs / 100) / 10 : undefined,
     log_dir: stack.logDir,

@@ -62,7 +62,13 @@ export interface OutcomesStoreOptions {
   now?: () => number;
 }
 
-const FINISHED: ReadonlySet<string> = new Set(['submitted', 'failed', 'rejected']);
+/** The final statuses: a record with one of them is finished (`stopped` is not: a redrive may claim it again). */
+export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+const FINISHED: ReadonlySet<string> = new Set(FINAL_STATUSES);
+
+export function isFinalStatus(status: unknown): boolean {
+  return typeof status === 'string' && FINISHED.has(status);
+}
 
 /** The global secondary index that reads one batch's rows (partition batch_id, sort updated_at). */
 export const BATCH_INDEX_NAME = 'batch_id-updated_at';

@@ -1,21 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
-import {
-  DeleteMessageBatchCommand,
-  ReceiveMessageCommand,
-  SendMessageBatchCommand,
-} from '@aws-sdk/client-sqs';
+import { type RedriveResult, redrive } from '../../cli/commands/redrive.js';
+import { awsContext } from '../../cli/stack.js';
 import { computeCap, readCap } from '../../functions/shared/cap-policy.js';
+import { isFinalStatus } from '../../functions/shared/outcomes-store.js';
 import { DEFAULTS } from '../../functions/shared/settings.js';
 import { REPO_ROOT } from '../../local/deploy.js';
 import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
-import {
-  FINAL_STATUSES,
-  type OutcomeRow,
-  queueDepth,
-  readOutcomes,
-} from '../../local/local-stack-observation.js';
+import { type OutcomeRow, queueDepth, readOutcomes } from '../../local/local-stack-observation.js';
+import { expectedOutcomes } from '../../local/local-stack-records.js';
+import { everyRecordFinished, progressOf } from '../../local/local-stack-run.js';
 
 /**
  * Shared pieces of the end-to-end suites: one deployed stack per test file (moto + the real
@@ -73,7 +68,12 @@ export async function outcomesOf(
 }
 
 export function isFinal(row: OutcomeRow | undefined): boolean {
-  return row !== undefined && (FINAL_STATUSES as readonly string[]).includes(row.status);
+  return row !== undefined && isFinalStatus(row.status);
+}
+
+/** Every record of `bodies` finished, by the local stack's one definition (local/local-stack-run.ts). */
+export async function allFinished(stack: LocalStack, bodies: string[]): Promise<boolean> {
+  return everyRecordFinished(await progressOf(stack, expectedOutcomes(bodies), Date.now(), bodies.length));
 }
 
 export async function finalCount(stack: LocalStack, keys: Iterable<string>): Promise<number> {
@@ -87,35 +87,29 @@ export async function dlqCount(stack: LocalStack): Promise<number> {
 }
 
 /**
- * Moves every DLQ message back to the jobs queue by receive → send → delete (moto lacks
- * StartMessageMoveTask; `threadgate redrive` does the same there). Returns how many moved.
+ * Moves every DLQ message back to the jobs queue with the CLI's own redrive (`threadgate
+ * redrive`: StartMessageMoveTask where SQS has it and INVALID_JOB may move, else receive →
+ * send → delete keeping the message attributes), with SDK clients for this stack's endpoint.
  */
-export async function redriveByHand(stack: LocalStack): Promise<number> {
-  let moved = 0;
-  for (;;) {
-    const out = await stack.sqs.send(
-      new ReceiveMessageCommand({
-        QueueUrl: stack.outputs.DlqUrl,
-        MaxNumberOfMessages: 10,
-        VisibilityTimeout: 30,
-      }),
-    );
-    const messages = out.Messages ?? [];
-    if (messages.length === 0) return moved;
-    await stack.sqs.send(
-      new SendMessageBatchCommand({
-        QueueUrl: stack.outputs.QueueUrl,
-        Entries: messages.map((m, i) => ({ Id: String(i), MessageBody: m.Body ?? '' })),
-      }),
-    );
-    await stack.sqs.send(
-      new DeleteMessageBatchCommand({
-        QueueUrl: stack.outputs.DlqUrl,
-        Entries: messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle })),
-      }),
-    );
-    moved += messages.length;
-  }
+export async function redriveWithCli(stack: LocalStack): Promise<RedriveResult> {
+  const aws = await awsContext({
+    region: stack.awsEnv.AWS_REGION,
+    endpointUrl: stack.awsEnv.AWS_ENDPOINT_URL,
+    credentials: {
+      accessKeyId: stack.awsEnv.AWS_ACCESS_KEY_ID ?? 'testing',
+      secretAccessKey: stack.awsEnv.AWS_SECRET_ACCESS_KEY ?? 'testing',
+    },
+  });
+  return redrive(
+    aws,
+    {
+      dlqUrl: stack.outputs.DlqUrl,
+      queueUrl: stack.outputs.QueueUrl,
+      queueArn: stack.outputs.QueueArn,
+      max: undefined,
+    },
+    { note: () => undefined },
+  );
 }
 
 /** The cap in force now, read back from the deployed mapping and reserved concurrency (no limit: Infinity). */

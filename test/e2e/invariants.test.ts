@@ -1,11 +1,12 @@
 import { PurgeQueueCommand, ReceiveMessageCommand, SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { LocalStack } from '../../local/local-stack.js';
-import { queueDepth, readDlq } from '../../local/local-stack-observation.js';
+import { queueDepth, readDlq, readMessages } from '../../local/local-stack-observation.js';
 import { generatedRecords } from '../../local/local-stack-records.js';
 import { feedQueue } from '../../local/local-stack-run.js';
 import { malformedJobs } from '../fixtures/job-catalog.js';
 import {
+  allFinished,
   CAP,
   deployedCap,
   dlqCount,
@@ -14,7 +15,7 @@ import {
   finalCount,
   isFinal,
   outcomesOf,
-  redriveByHand,
+  redriveWithCli,
   startE2eStack,
   uniquePrefix,
   waitFor,
@@ -68,7 +69,7 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
     stack.captcha.resetStats();
     // Act
     await feedQueue(stack, stack.outputs.QueueUrl, bodies);
-    await waitFor(`${CAP_RECORDS} outcomes`, async () => (await finalCount(stack, keys)) === CAP_RECORDS, {
+    await waitFor(`${CAP_RECORDS} outcomes`, async () => allFinished(stack, bodies), {
       timeoutMs: 240_000,
     });
     // Assess (a record may fail, e.g. POLL_TIMEOUT on a starved machine, but each has one final outcome)
@@ -121,7 +122,7 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
         'in flight to rise above the old cap',
         () => stack.captcha.stats().inFlight > 4 - E2E.reserve,
       );
-      await waitFor('every record', async () => (await finalCount(stack, keys)) === 100, {
+      await waitFor('every record', async () => allFinished(stack, bodies), {
         timeoutMs: 240_000,
       });
       await feeding;
@@ -200,7 +201,7 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
         }),
       );
     }
-    await waitFor('40 outcomes', async () => (await finalCount(stack, keys)) === 40);
+    await waitFor('40 outcomes', async () => allFinished(stack, bodies));
     // ... and a third copy of ten records after they finished.
     await stack.sqs.send(
       new SendMessageBatchCommand({
@@ -287,11 +288,10 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
     await feedQueue(stack, stack.outputs.QueueUrl, bodies);
     // A record whose transient retries run out comes back after the queue's visibility timeout
     // (6 × the worker timeout), hence the long wait allowed here; most runs need far less.
-    await waitFor(
-      'an outcome or a DLQ entry for every record',
-      async () => (await finalCount(stack, keys)) + (await dlqCount(stack)) >= 60,
-      { timeoutMs: 420_000, intervalMs: 500 },
-    );
+    await waitFor('an outcome or a DLQ entry for every record', async () => allFinished(stack, bodies), {
+      timeoutMs: 420_000,
+      intervalMs: 500,
+    });
     stack.captcha.setFaults(NO_FAULTS);
     // Assess
     const rows = await outcomesOf(stack, keys);
@@ -334,15 +334,18 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
     const queued = await queueDepth(stack, stack.outputs.QueueUrl);
     const finalAtStop = keys.filter((k) => isFinal(rowsAtStop.get(k))).length;
 
-    // Act 2: the operator fixes the key, resumes and redrives.
+    // Act 2: the operator fixes the key, redrives (the pipeline stays paused) and resumes.
     stack.captcha.setKeyRevoked(false);
-    await stack.control.resume('operator');
     await waitFor(
       'the DLQ to be visible again',
       async () => (await queueDepth(stack, stack.outputs.DlqUrl)).visible === dlqAtStop.length,
     );
-    const redriven = await redriveByHand(stack);
-    await waitFor('every record', async () => (await finalCount(stack, keys)) === 40, { timeoutMs: 240_000 });
+    const redriven = await redriveWithCli(stack);
+    const redrivenMessages = (await readMessages(stack, stack.outputs.QueueUrl, 1)).filter(
+      (m) => m.errorCode !== undefined,
+    );
+    await stack.control.resume('operator');
+    await waitFor('every record', async () => allFinished(stack, bodies), { timeoutMs: 240_000 });
 
     // Assess: the stop
     // Whichever sees the revoked key first pauses: a worker's in.php/res.php call, or the cap
@@ -359,7 +362,19 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
     }
     expect(queued.visible + queued.inFlight).toBe(40 - finalAtStop - dlqAtStop.length);
     // Assess: nothing lost after resume + redrive
-    expect(redriven).toBe(dlqAtStop.length);
+    expect(redriven).toMatchObject({ moved: dlqAtStop.length, failed: 0 });
+    // The CLI's redrive keeps the reason attributes with each message.
+    const attributes = (entries: typeof dlqAtStop) =>
+      entries.map((e) => ({
+        body: e.body,
+        recordKey: e.recordKey,
+        errorCode: e.errorCode,
+        reason: e.reason,
+      }));
+    const byKey = (a: { recordKey?: string }, b: { recordKey?: string }) =>
+      (a.recordKey ?? '').localeCompare(b.recordKey ?? '');
+    expect(attributes(redrivenMessages).sort(byKey)).toEqual(attributes(dlqAtStop).sort(byKey));
+    expect(dlqAtStop.every((e) => e.recordKey && e.errorCode && e.reason)).toBe(true);
     const rows = await outcomesOf(stack, keys);
     expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
     expect(await dlqCount(stack)).toBe(0);
