@@ -12,7 +12,7 @@ import {
   finalCount,
   isFinal,
   outcomesOf,
-  redriveByHand,
+  redriveWithCli,
   startE2eStack,
   uniquePrefix,
   waitFor,
@@ -79,7 +79,7 @@ describe('key rotation without a redeploy (local stack)', () => {
     const resumed = await runCli(['resume'], { env });
     expect(resumed.code, resumed.stderr).toBe(0);
     const afterResume = await stack.control.readState();
-    await redriveByHand(stack);
+    await redriveWithCli(stack);
     await waitFor('every record', async () => (await finalCount(stack, keys)) === 40, { timeoutMs: 240_000 });
 
     // Assess: the pause was the old key's.
