@@ -7,7 +7,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { batchIdOf, validateJobMessage } from '../../functions/shared/job-schema.js';
-import { type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
+import { FINAL_STATUSES, type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
 import type { PipelineState } from '../../functions/shared/pipeline-control.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
@@ -31,7 +31,6 @@ import { queueCounts } from './status.js';
  * to work on (jobs queue empty, nothing in flight) but records are still unaccounted for.
  */
 
-export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
 /** The order counts are shown in. */
 const SHOWN = ['submitted', 'failed', 'rejected', 'stopped', 'dlq', 'in_progress'] as const;
 

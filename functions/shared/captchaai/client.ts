@@ -1,4 +1,3 @@
-import { readAtMost } from '../bounded-read.js';
 import {
   CaptchaError,
   ConfigError,
@@ -16,12 +15,12 @@ import {
   isRecord,
   NO_SLOT_CODES,
   NOT_READY_CODES,
-  networkReason,
   parseAnswer,
   RATE_LIMIT_BACKOFF_MAX_FACTOR,
   rejectServerFailure,
   taskParams,
 } from './answers.js';
+import { postForm, sleep } from './http.js';
 import { pollWaitMs, resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
 import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 
@@ -66,11 +65,7 @@ export interface CaptchaAiClientOptions {
   onEvent?: (e: ClientEvent) => void;
 }
 
-/**
- * CaptchaAI's answers are a status and a task id or a token (a few KiB at most); a longer body
- * is a broken or hostile peer, and is not read further.
- */
-export const MAX_ANSWER_BYTES = 64 * 1024;
+export { MAX_ANSWER_BYTES, sleep } from './http.js';
 
 /** Per-solve bookkeeping; one object per `solve()` call, so concurrent solves share nothing. */
 interface SolveState {
@@ -464,69 +459,20 @@ export class CaptchaAiClient {
     return delayMs;
   }
 
-  /**
-   * One HTTP call with its own timeout. Network failures and timeouts become TransientError;
-   * an abort by the caller's signal rejects with the signal's reason. The key travels only in
-   * the form body, never in the URL, so it cannot leak into error messages or proxy logs.
-   */
-  async #request(
+  /** One HTTP call to CaptchaAI, bounded in bytes and time (see http.ts). */
+  #request(
     path: 'in.php' | 'res.php',
     params: Record<string, string>,
     signal?: AbortSignal,
   ): Promise<HttpReply> {
-    const timeoutMs = this.#scaled(this.#timings.httpTimeoutMs);
-    const controller = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      controller.abort();
-    }, timeoutMs);
-    const onAbort = () => controller.abort(signal?.reason);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    let headersIn = false;
-    try {
-      const response = await this.#fetch(`${this.#baseUrl}/${path}`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-        body: new URLSearchParams({ key: this.#apiKey, ...params }).toString(),
-        signal: controller.signal,
-      });
-      headersIn = true;
-      const body = await readAtMost(response.body, MAX_ANSWER_BYTES);
-      if (!body.complete) {
-        throw new AnswerUnreadableError(
-          'ANSWER_TOO_LARGE',
-          `CaptchaAI's answer to ${path} is over ${MAX_ANSWER_BYTES} bytes`,
-        );
-      }
-      return { status: response.status, text: new TextDecoder().decode(body.bytes) };
-    } catch (err) {
-      if (signal?.aborted) throw signal.reason;
-      if (err instanceof AnswerUnreadableError) throw err;
-      if (headersIn) {
-        // The headers came, the body did not (it stalled or the connection broke).
-        throw new AnswerUnreadableError(
-          timedOut ? 'ANSWER_TIMEOUT' : 'ANSWER_CUT',
-          `CaptchaAI's answer to ${path} ${timedOut ? `did not end within ${timeoutMs} ms` : 'was cut off'}`,
-          { cause: err },
-        );
-      }
-      if (timedOut) {
-        throw new TransientError('HTTP_TIMEOUT', `CaptchaAI did not answer ${path} within ${timeoutMs} ms`, {
-          cause: err,
-        });
-      }
-      throw new TransientError(
-        'NETWORK_ERROR',
-        `network error calling CaptchaAI ${path}: ${networkReason(err)}`,
-        {
-          cause: err,
-        },
-      );
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-    }
+    return postForm({
+      fetch: this.#fetch,
+      url: `${this.#baseUrl}/${path}`,
+      path,
+      form: { key: this.#apiKey, ...params },
+      timeoutMs: this.#scaled(this.#timings.httpTimeoutMs),
+      ...(signal ? { signal } : {}),
+    });
   }
 
   #scaled(ms: number): number {
@@ -541,23 +487,4 @@ export class CaptchaAiClient {
       // Metrics must never break a solve.
     }
   }
-}
-
-/** setTimeout as a promise that rejects with `signal.reason` when the signal aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
