@@ -3,6 +3,7 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { ConfigError } from './shared/errors.js';
+import { OUTCOME_FIELDS } from './shared/outcome-fields.js';
 
 /**
  * The outcome publisher: the outcome table's stream in, one SQS message per final outcome out.
@@ -28,18 +29,7 @@ export const PUBLISHED_STATUSES: ReadonlySet<string> = new Set([
 ]);
 
 /** Fields of an outcome message, in order; everything else on the row stays in the table. */
-export const OUTCOME_MESSAGE_FIELDS = [
-  'record_key',
-  'batch_id',
-  'status',
-  'reason',
-  'target_status',
-  'attempts',
-  'captcha_type',
-  'solve_ms',
-  'created_at',
-  'updated_at',
-] as const;
+export const OUTCOME_MESSAGE_FIELDS = OUTCOME_FIELDS;
 
 export type OutcomeMessage = Partial<Record<(typeof OUTCOME_MESSAGE_FIELDS)[number], string | number>> & {
   record_key: string;

@@ -1,5 +1,6 @@
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
+import { OUTCOME_FIELDS } from '../../functions/shared/outcome-fields.js';
 import { OutcomesStore } from '../../functions/shared/outcomes-store.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
@@ -10,20 +11,7 @@ import { OUTCOME_STATUSES } from './status.js';
  * The columns of an outcome row, in export order. Only these are read (ProjectionExpression)
  * and written: whatever else a row might hold never leaves the table through the CLI.
  */
-export const OUTCOME_COLUMNS = [
-  'record_key',
-  'batch_id',
-  'status',
-  'reason',
-  'target_status',
-  'attempts',
-  'captcha_type',
-  'solve_ms',
-  'created_at',
-  'updated_at',
-  'lease_owner',
-  'lease_expires_at',
-] as const;
+export const OUTCOME_COLUMNS = [...OUTCOME_FIELDS, 'lease_owner', 'lease_expires_at'] as const;
 
 interface OutcomesOptions extends StackOptions {
   batch?: string;
