@@ -3,7 +3,7 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { ConfigError } from './shared/errors.js';
-import { OUTCOME_FIELDS } from './shared/outcome-fields.js';
+import { ENDED_STATUSES, OUTCOME_FIELDS } from './shared/outcome-fields.js';
 
 /**
  * The outcome publisher: the outcome table's stream in, one SQS message per final outcome out.
@@ -21,12 +21,7 @@ import { OUTCOME_FIELDS } from './shared/outcome-fields.js';
  * the lease owner.
  */
 
-export const PUBLISHED_STATUSES: ReadonlySet<string> = new Set([
-  'submitted',
-  'failed',
-  'rejected',
-  'stopped',
-]);
+export const PUBLISHED_STATUSES: ReadonlySet<string> = new Set(ENDED_STATUSES);
 
 /** Fields of an outcome message, in order; everything else on the row stays in the table. */
 export const OUTCOME_MESSAGE_FIELDS = OUTCOME_FIELDS;

@@ -4,6 +4,7 @@ import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { readCapSettings } from '../../functions/shared/cap.js';
 import { type CapSettings, computeCap, readCap } from '../../functions/shared/cap-policy.js';
+import { OUTCOME_STATUSES } from '../../functions/shared/outcome-fields.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
   type AwsContext,
@@ -25,7 +26,7 @@ interface StatusOptions extends StackOptions {
   outcomes: boolean;
 }
 
-export const OUTCOME_STATUSES = ['in_progress', 'submitted', 'failed', 'rejected', 'stopped'] as const;
+export { OUTCOME_STATUSES };
 
 export interface StatusReport {
   stack: string;

@@ -7,7 +7,8 @@ import {
 } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { batchIdOf, validateJobMessage } from '../../functions/shared/job-schema.js';
-import { FINAL_STATUSES, type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
+import { ENDED_STATUSES } from '../../functions/shared/outcome-fields.js';
+import { type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
 import type { PipelineState } from '../../functions/shared/pipeline-control.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
@@ -94,8 +95,7 @@ export function tally(
   const counts: Record<string, number> = {};
   const byKey = new Map(rows.map((r) => [r.record_key, r]));
   const ended = (row: OutcomeRow | undefined) =>
-    row !== undefined &&
-    ((FINAL_STATUSES as readonly string[]).includes(row.status) || row.status === 'stopped');
+    row !== undefined && (ENDED_STATUSES as readonly string[]).includes(row.status);
   // A DLQ message counts for a record that has not ended otherwise, once per record (or once per
   // unkeyed message of the batch: those can never have a row).
   const inDlq = new Set<string>();

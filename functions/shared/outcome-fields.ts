@@ -14,3 +14,15 @@ export const OUTCOME_FIELDS = [
   'created_at',
   'updated_at',
 ] as const;
+
+/** Statuses after which a record is done unless an operator redrives it. */
+export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+
+/**
+ * Statuses with which a record's current attempt has ended: the final ones and `stopped` (its
+ * message waits in the DLQ with the reason). These are published on the outcome stream.
+ */
+export const ENDED_STATUSES = [...FINAL_STATUSES, 'stopped'] as const;
+
+/** Every status an outcome row can have, in the order tools show them. */
+export const OUTCOME_STATUSES = ['in_progress', ...ENDED_STATUSES] as const;

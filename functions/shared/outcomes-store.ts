@@ -7,6 +7,7 @@ import {
   paginateQuery,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
+import { FINAL_STATUSES } from './outcome-fields.js';
 
 /**
  * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
@@ -63,7 +64,8 @@ export interface OutcomesStoreOptions {
 }
 
 /** The final statuses: a record with one of them is finished (`stopped` is not: a redrive may claim it again). */
-export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+export { FINAL_STATUSES };
+
 const FINISHED: ReadonlySet<string> = new Set(FINAL_STATUSES);
 
 export function isFinalStatus(status: unknown): boolean {
