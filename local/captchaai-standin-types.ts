@@ -40,8 +40,14 @@ export interface StandinOptions {
   threads: number;
   /** The one valid API key (replaceable while running: `setApiKey`, `POST /control {"apiKey"}`). */
   apiKey: string;
-  /** Multiplies every latency, delay and token lifetime. @default 1 */
+  /** Multiplies every latency, delay and token lifetime (a lifetime no lower than `tokenLifetimeFloorMs`). @default 1 */
   timeScale?: number;
+  /**
+   * Real milliseconds a scaled token lifetime never drops below (functions/shared/captchaai/timings.ts
+   * scaledTokenLifetimeMs; the worker checks the same). 0 scales lifetimes all the way down.
+   * @default MIN_SCALED_TOKEN_LIFETIME_MS (30 s)
+   */
+  tokenLifetimeFloorMs?: number;
   /** Per-type solve latency. @default DEFAULT_LATENCY */
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   /** @default all 0 */

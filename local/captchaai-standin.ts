@@ -1,7 +1,10 @@
 import { randomInt } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { TOKEN_LIFETIME_MS } from '../functions/shared/captchaai/timings.js';
+import {
+  MIN_SCALED_TOKEN_LIFETIME_MS,
+  scaledTokenLifetimeMs,
+} from '../functions/shared/captchaai/timings.js';
 import type { CaptchaType } from '../functions/shared/captchaai/types.js';
 import {
   checkBool,
@@ -90,6 +93,8 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   const abandonAfterMs = (o.abandonAfterMs ?? 300_000) * timeScale;
   const slowMs = (o.slowMs ?? 20_000) * timeScale;
   const taskIdAs = o.taskIdAs ?? 'mixed';
+  const tokenLifetimeFloorMs = o.tokenLifetimeFloorMs ?? MIN_SCALED_TOKEN_LIFETIME_MS;
+  checkCount('tokenLifetimeFloorMs', tokenLifetimeFloorMs);
 
   let threads = o.threads;
   let apiKey = o.apiKey;
@@ -157,7 +162,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
       tokens.set(token, {
         sitekey: task.sitekey,
         pageurl: normalizeUrl(task.pageurl),
-        expiresAt: Date.now() + TOKEN_LIFETIME_MS[task.type] * timeScale,
+        expiresAt: Date.now() + scaledTokenLifetimeMs(task.type, timeScale, tokenLifetimeFloorMs),
         used: false,
       });
     }

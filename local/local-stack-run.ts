@@ -74,6 +74,8 @@ export interface RunSummary {
   paused: PipelineState | undefined;
   complete: boolean;
   dlq_reasons: Record<string, number>;
+  /** Form POSTs the target stand-in refused, by its reason (TOKEN_EXPIRED, NO_SESSION, …). */
+  target_rejections: Record<string, number>;
   deploy_s: number | undefined;
   log_dir: string;
 }
@@ -201,6 +203,7 @@ export async function summarize(
     paused: last.paused,
     complete: everyRecordFinished(last),
     dlq_reasons: dlqReasons,
+    target_rejections: stack.site.stats().rejections,
     deploy_s: stack.deploy ? Math.round(stack.deploy.timings.totalMs / 100) / 10 : undefined,
     log_dir: stack.logDir,
   };

@@ -380,9 +380,9 @@ describe('CaptchaAI stand-in: tokens', () => {
     expect(unknown).toEqual({ success: false, error: 'TOKEN_UNKNOWN' });
   });
 
-  it("expires a token after its type's lifetime times the time scale", async () => {
+  it("expires a token after its type's lifetime times the time scale when the floor is 0", async () => {
     // Prepare: 120 s × 0.0002 = 24 ms of reCAPTCHA token lifetime.
-    const s = await standin({ timeScale: 0.0002 });
+    const s = await standin({ timeScale: 0.0002, tokenLifetimeFloorMs: 0 });
     const token = await solveToken(s);
     await sleep(100);
 
@@ -395,7 +395,7 @@ describe('CaptchaAI stand-in: tokens', () => {
 
   it('keeps a Turnstile token valid longer than a reCAPTCHA token at the same time scale', async () => {
     // Prepare: reCAPTCHA lives 120 s × 0.005 = 600 ms, Turnstile 1500 ms.
-    const s = await standin({ timeScale: 0.005 });
+    const s = await standin({ timeScale: 0.005, tokenLifetimeFloorMs: 0 });
     const [recaptcha, turnstile] = await Promise.all([
       solveToken(s),
       solveToken(s, { method: 'turnstile', sitekey: 'ts-key', pageurl: PAGE }),
@@ -409,6 +409,22 @@ describe('CaptchaAI stand-in: tokens', () => {
     // Assess
     expect(r).toEqual({ success: false, error: 'TOKEN_EXPIRED' });
     expect(t).toEqual({ success: true });
+  });
+
+  it('keeps a token valid for the real-time floor however small the time scale', async () => {
+    // Prepare: 120 s × 0.0002 = 24 ms scaled, but the floor is 2 s of real time.
+    const s = await standin({ timeScale: 0.0002, tokenLifetimeFloorMs: 2_000 });
+    const [kept, expired] = [await solveToken(s), await solveToken(s)];
+    await sleep(100);
+
+    // Act
+    const early = await verify(s, { token: kept, sitekey: 'site-key', pageurl: PAGE });
+    await sleep(2_100);
+    const late = await verify(s, { token: expired, sitekey: 'site-key', pageurl: PAGE });
+
+    // Assess
+    expect(early).toEqual({ success: true });
+    expect(late).toEqual({ success: false, error: 'TOKEN_EXPIRED' });
   });
 });
 

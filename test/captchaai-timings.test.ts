@@ -1,9 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_TIMINGS,
+  MIN_SCALED_TOKEN_LIFETIME_MS,
   pollWaitMs,
   readTimingsFromEnv,
   resolveTimings,
+  scaledTokenLifetimeMs,
 } from '../functions/shared/captchaai/timings.js';
 import { ConfigError } from '../functions/shared/errors.js';
 
@@ -18,6 +20,26 @@ describe('CaptchaAI timings', () => {
       submitRetries: 2,
       deadlineMs: 120_000,
     });
+  });
+
+  it.each([
+    // type, time scale, lifetime: scaled while above the floor, the floor below it, never longer than unscaled
+    ['recaptcha_v2', 1, 120_000],
+    ['recaptcha_v2', 0.5, 60_000],
+    ['recaptcha_v2', 0.01, MIN_SCALED_TOKEN_LIFETIME_MS],
+    ['turnstile', 0.2, 60_000],
+    ['turnstile', 0.01, MIN_SCALED_TOKEN_LIFETIME_MS],
+    ['image', 0.01, Number.POSITIVE_INFINITY],
+  ] as const)(
+    'a %s token lives %s × its lifetime but at least the real-time floor: %s ms',
+    (type, scale, ms) => {
+      expect(scaledTokenLifetimeMs(type, scale)).toBe(ms);
+    },
+  );
+
+  it('scales a token lifetime all the way down with a floor of 0, and never lengthens it past the unscaled one', () => {
+    expect(scaledTokenLifetimeMs('recaptcha_v2', 0.01, 0)).toBe(1_200);
+    expect(scaledTokenLifetimeMs('recaptcha_v2', 0.01, 500_000)).toBe(120_000);
   });
 
   it('merges overrides, including the first poll of single types', () => {

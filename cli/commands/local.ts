@@ -38,21 +38,22 @@ export function progressLine(p: RunProgress): string {
   );
 }
 
+/** `a 2, b 1`, or `none`. */
+function countsText(counts: Record<string, number>): string {
+  return (
+    Object.entries(counts)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none'
+  );
+}
+
 export function summaryText(s: RunSummary): string {
+  const dlqReasons = Object.keys(s.dlq_reasons).length ? ` (${countsText(s.dlq_reasons)})` : '';
   const lines = [
     `records        ${s.records}${s.complete ? '' : ' (not all finished)'}`,
-    `outcomes       ${
-      Object.entries(s.outcomes)
-        .map(([k, v]) => `${k} ${v}`)
-        .join(', ') || 'none'
-    }`,
-    `dlq            ${s.dlq}${
-      Object.keys(s.dlq_reasons).length
-        ? ` (${Object.entries(s.dlq_reasons)
-            .map(([k, v]) => `${k} ${v}`)
-            .join(', ')})`
-        : ''
-    }`,
+    `outcomes       ${countsText(s.outcomes)}`,
+    `dlq            ${s.dlq}${dlqReasons}`,
+    `target refused ${countsText(s.target_rejections)} (form POSTs the target stand-in answered 4xx/5xx)`,
     `captcha submits ${s.captcha_submits} (in.php, counted by the stand-in)`,
     `max in flight  ${s.max_in_flight} (stand-in) with cap ${s.cap} of ${s.plan_threads} plan threads; ZERO_BALANCE answers ${s.zero_balance}`,
     `worker runs    ${s.invocations}`,

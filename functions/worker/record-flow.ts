@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
 import { checkTargetUrl } from '../shared/allowlist.js';
-import { TOKEN_LIFETIME_MS } from '../shared/captchaai/timings.js';
+import { scaledTokenLifetimeMs } from '../shared/captchaai/timings.js';
 import { CaptchaError, InvalidJobError, TargetError } from '../shared/errors.js';
 import {
   captchaTaskOf,
@@ -170,7 +170,7 @@ export async function processRecord(
       solveMs: solved.solveMs,
     });
 
-    const lifetimeMs = TOKEN_LIFETIME_MS[captchaType] * config.timeScale;
+    const lifetimeMs = scaledTokenLifetimeMs(captchaType, config.timeScale);
     if (deps.now() - solved.solvedAt > lifetimeMs) {
       throw new TargetError('TOKEN_EXPIRED', `the token is older than its ${lifetimeMs} ms lifetime`);
     }

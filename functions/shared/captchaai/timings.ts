@@ -84,6 +84,25 @@ export const TOKEN_LIFETIME_MS: Record<CaptchaType, number> = {
   image: Number.POSITIVE_INFINITY,
 };
 
+/**
+ * A time scale (tests, the local stack) shrinks CaptchaAI's waits, but the time between a solve
+ * and the site's check of its token is mostly real time that does not shrink: the answer's
+ * delivery, the rest of the page load, the POST and the site's verify (each bounded by a real
+ * timeout of a few seconds). At 0.01 a reCAPTCHA token lived 1.2 s and a cold first invocation
+ * on a busy machine posted it too late, so a scaled lifetime never drops below this.
+ */
+export const MIN_SCALED_TOKEN_LIFETIME_MS = 30_000;
+
+/** The token lifetime at `timeScale`: the type's lifetime scaled, but at least `floorMs` (never above the unscaled lifetime). */
+export function scaledTokenLifetimeMs(
+  type: CaptchaType,
+  timeScale: number,
+  floorMs = MIN_SCALED_TOKEN_LIFETIME_MS,
+): number {
+  const lifetime = TOKEN_LIFETIME_MS[type];
+  return Math.max(lifetime * timeScale, Math.min(lifetime, floorMs));
+}
+
 /** Partial timings; the per-type ones may name only some types, or give one number for all. */
 export type SolveTimingsOverrides = Partial<Omit<SolveTimings, 'firstPollMs' | 'pollIntervalMs'>> & {
   firstPollMs?: PerType;
