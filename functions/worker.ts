@@ -51,22 +51,20 @@ export function createWorkerDeps(
       namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? DEFAULTS.metricsNamespace,
       serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker',
     });
-  const captchaai = new RotatingCaptchaAiClient(
-    new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now }),
-    {
-      baseUrl: config.captchaAiUrl,
-      timeScale: config.timeScale,
-      timings: config.captchaTimings,
-      now,
-      onEvent: (e) => {
-        if (e.kind !== 'rate_limited') return;
-        // A rate limit is answered by backing off; the metric shows how often the key was told to slow down.
-        const single = metrics.singleMetric();
-        single.addDimension('endpoint', e.endpoint);
-        single.addMetric('RateLimited', MetricUnit.Count, 1);
-      },
+  const keys = new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now });
+  const captchaai = new RotatingCaptchaAiClient(keys, {
+    baseUrl: config.captchaAiUrl,
+    timeScale: config.timeScale,
+    timings: config.captchaTimings,
+    now,
+    onEvent: (e) => {
+      if (e.kind !== 'rate_limited') return;
+      // A rate limit is answered by backing off; the metric shows how often the key was told to slow down.
+      const single = metrics.singleMetric();
+      single.addDimension('endpoint', e.endpoint);
+      single.addMetric('RateLimited', MetricUnit.Count, 1);
     },
-  );
+  });
   const control = new PipelineControl({
     lambda: clients.lambda ?? new LambdaClient({}),
     ssm: clients.ssm ?? new SSMClient({}),
@@ -74,19 +72,25 @@ export function createWorkerDeps(
     workerFunctionName: config.functionName,
     queueArn: config.queueArn,
   });
+  const store = new OutcomesStore({ client: ddb, tableName: config.tableName, now });
+  const pipeline: WorkerDeps['pipeline'] = {
+    // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
+    // resume since its key was read drops that key, so a rotated key is used from the resume on.
+    readState: async () => {
+      const state = await control.readState();
+      captchaai.noteState(state);
+      return state;
+    },
+    pause: (reason, by, code) => control.pause(reason, by, code),
+  };
   return {
     config,
-    store: new OutcomesStore({ client: ddb, tableName: config.tableName, now }),
+    store,
     sqs,
-    pipeline: {
-      // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
-      // resume since its key was read drops that key, so a rotated key is used from the resume on.
-      readState: async () => {
-        const state = await control.readState();
-        captchaai.noteState(state);
-        return state;
-      },
-      pause: (reason, by, code) => control.pause(reason, by, code),
+    pipeline,
+    warmUp: async () => {
+      // The state first: the first state the client sees drops any key read before it.
+      await Promise.allSettled([pipeline.readState().then(() => keys.get()), store.get(WARM_UP_RECORD_KEY)]);
     },
     solver: async () => captchaai,
     resolver,
@@ -114,13 +118,45 @@ function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** Time kept back before the function timeout to leave the record cleanly. */
 const DEADLINE_MARGIN_MS = 3_000;
+/** A record key no job uses: the warm-up reads it to open the table's connection. */
+const WARM_UP_RECORD_KEY = 'threadgate-warm-up (not a record)';
+/** The first invocation waits at most this long for a warm-up still under way. */
+const WARM_UP_WAIT_MS = 3_000;
 
 let moduleDeps: WorkerDeps | undefined;
 
+function instanceDeps(): WorkerDeps {
+  moduleDeps ??= createWorkerDeps(readWorkerConfig(process.env));
+  return moduleDeps;
+}
+
+/**
+ * Lambda's init phase. Without it an environment's first record pays, in series and while its
+ * slot holds no CaptchaAI task, for every client's first call (the SDK's lazy set-up, the first
+ * connection) and the secret read: about 1.4 s per environment on the local stack. So the module
+ * starts the pipeline-state read, the key and a read of the outcome table when it loads; an
+ * environment started ahead of traffic (provisioned concurrency, the local stack's prewarm) has
+ * them done before its first record. Nothing here is fatal: each read is made again where it is
+ * needed, and a bad configuration is the first invocation's error, as before. A Lambda
+ * environment sets AWS_LAMBDA_FUNCTION_NAME; a test importing this module does not.
+ */
+let warming: Promise<void> | undefined;
+if (process.env.AWS_LAMBDA_FUNCTION_NAME) {
+  try {
+    warming = instanceDeps().warmUp?.();
+  } catch {
+    warming = undefined;
+  }
+}
+
 /** Lambda entry point: config read and clients created once per instance. */
 export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
-  moduleDeps ??= createWorkerDeps(readWorkerConfig(process.env));
-  const deps = moduleDeps;
+  const deps = instanceDeps();
+  if (warming) {
+    const pending = warming;
+    warming = undefined;
+    await Promise.race([pending, new Promise((resolve) => setTimeout(resolve, WARM_UP_WAIT_MS).unref())]);
+  }
   if (!Array.isArray(event?.Records)) {
     // Not an SQS event: a wiring mistake, not a record problem. Fail loudly.
     throw new TypeError('the worker expects an SQS event with a Records array');

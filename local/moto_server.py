@@ -13,6 +13,10 @@ one key had more than one winner in 16 of 40 rounds). Real DynamoDB never allows
 threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes,
 and each SQS ReceiveMessage pass (one message must never go to two receivers).
 
+It also answers one route of its own, WAKE_PATH, for the local runtime's pollers: a wait that
+returns when a queue has visible messages or an event source mapping's settings change, without
+receiving anything (see _wake below).
+
 Prints one JSON line {"port": N} on stdout once the server listens, then serves until
 stdin closes or the process is signalled.
 """
@@ -25,12 +29,16 @@ import signal
 import sys
 import threading
 import time
+from urllib.parse import parse_qs
 
 try:
+    from moto.awslambda.models import lambda_backends
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table as DynamoDBTable
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from moto.sqs import models as sqs_models
+    from werkzeug.serving import make_server
 except ImportError as exc:  # pragma: no cover - depends on the machine
     sys.stderr.write(
         "threadgate: python3 cannot import moto's server (%s).\n"
@@ -113,6 +121,84 @@ def _locked_receive(self, queue_name, count, wait_seconds_timeout, visibility_ti
 
 sqs_models.SQSBackend.receive_message = _locked_receive
 
+# The local runtime's wake-up (local/runtime/queue-watch.ts). Lambda's pollers long-poll, so a
+# message sent to an empty queue is picked up at once; a long ReceiveMessage here would take a
+# message even after the mapping was disabled while it waited (its receive count grows). This
+# wait receives nothing: it returns as soon as the queue has a visible message (when asked to)
+# or the mapping's settings (or its function's reserved concurrency) differ from the version the
+# caller already has, so a poller sleeps until there is work and learns of a disable or a new cap
+# within CHECK_S, without reading the mapping before every receive.
+WAKE_PATH = "/_threadgate/wake"
+CHECK_S = 0.05
+MAX_WAIT_S = 20.0
+_MAPPING_FIELDS = ("State", "BatchSize", "ScalingConfig", "FunctionResponseTypes")
+
+
+def _mapping_view(account, region, uuid):
+    """The mapping's settings and its function's reserved concurrency: what a poller's limit rests on."""
+    backend = lambda_backends[account][region]
+    esm = backend.get_event_source_mapping(uuid)
+    if esm is None:
+        return None
+    conf = esm.get_configuration()
+    view = {k: conf[k] for k in _MAPPING_FIELDS if k in conf}
+    try:
+        reserved = backend.get_function(esm.function_arn).reserved_concurrency
+    except Exception:  # the function is gone: the mapping alone
+        reserved = None
+    view["ReservedConcurrentExecutions"] = None if reserved is None else int(reserved)
+    return view
+
+
+def _wake(environ):
+    q = parse_qs(environ.get("QUERY_STRING", ""))
+
+    def one(name, default=""):
+        return (q.get(name) or [default])[0]
+
+    _, _, _, region, account, queue_name = one("queue_arn").split(":")
+    uuid = one("mapping")
+    seen = one("seen")
+    want_messages = one("messages") == "1"
+    end = time.monotonic() + min(float(one("timeout", "10")), MAX_WAIT_S)
+    queue = sqs_models.sqs_backends[account][region].get_queue(queue_name)
+    while True:
+        mapping = _mapping_view(account, region, uuid)
+        version = json.dumps(mapping, sort_keys=True)
+        visible = len(queue.messages)
+        if version != seen or (want_messages and visible) or time.monotonic() >= end:
+            return {"mapping": mapping, "version": version, "visible": visible}
+        with queue._messages_lock:
+            # New messages notify this condition; a message whose visibility timeout ran out
+            # does not, so the wait is cut into CHECK_S pieces (that also bounds a mapping change).
+            if not (want_messages and queue.messages):
+                queue._messages_lock.wait(min(CHECK_S, max(0.0, end - time.monotonic())))
+
+
+def _with_wake(app):
+    def wrapped(environ, start_response):
+        if environ.get("PATH_INFO") != WAKE_PATH:
+            return app(environ, start_response)
+        try:
+            body, status = json.dumps(_wake(environ)).encode(), "200 OK"
+        except Exception as exc:  # a bad query or an unknown queue: the caller falls back
+            body, status = json.dumps({"error": repr(exc)}).encode(), "400 Bad Request"
+        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return wrapped
+
+
+class _Server(ThreadedMotoServer):
+    """moto's threaded server with the wake route in front of moto's own dispatcher."""
+
+    def _server_entry(self):
+        self._server = make_server(
+            self._ip_address, self._port, _with_wake(DomainDispatcherApplication(create_backend_app)), True
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -120,7 +206,7 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
 
-    server = ThreadedMotoServer(ip_address=args.host, port=args.port, verbose=False)
+    server = _Server(ip_address=args.host, port=args.port, verbose=False)
     server.start()
     _, port = server.get_host_and_port()
     _base_url["value"] = "http://localhost:%d" % port

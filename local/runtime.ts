@@ -45,7 +45,8 @@ export type {
  * like Lambda's SQS poller and EventBridge's scheduler:
  *
  * - each SQS event source mapping is polled with concurrency = the cap in force
- *   (functions/shared/cap-policy.ts capInForce), re-read every `refreshMs`, so the cap adjuster's
+ *   (functions/shared/cap-policy.ts capInForce), reported by the moto launcher's wake wait as it
+ *   changes (runtime/queue-watch.ts) or re-read every `refreshMs`, so the cap adjuster's
  *   changes take effect and a disabled mapping stops polling (invocations already running
  *   finish);
  * - each invocation runs the bundle CDK built (downloaded from the emulator's S3, where
@@ -63,6 +64,8 @@ export type {
  */
 
 const DEFAULT_REFRESH_MS = 500;
+/** With every queue mapping watched, the full re-read runs every this many refresh periods. */
+const WATCHED_REFRESH_FACTOR = 10;
 
 export class LocalRuntime {
   readonly lambda: LambdaClient;
@@ -90,6 +93,7 @@ export class LocalRuntime {
   private readonly code: CodeCache;
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
+  private ticksSinceFull = 0;
 
   private constructor(readonly options: LocalRuntimeOptions) {
     const env = options.awsEnv;
@@ -154,7 +158,13 @@ export class LocalRuntime {
     if (this.stopped) return;
     this.refreshTimer = setTimeout(async () => {
       try {
-        await this.refresh();
+        // While every queue mapping is watched (its settings and its function's reserved
+        // concurrency arrive within ~100 ms), the full re-read only picks up new mappings,
+        // rules and code or environment changes: every WATCHED_REFRESH_FACTOR ticks, so the
+        // runtime's own calls do not compete with the functions' for the emulator.
+        const pollers = [...this.pollers.values()];
+        const watched = pollers.length > 0 && pollers.every((p) => p.watched);
+        if (!watched || ++this.ticksSinceFull >= WATCHED_REFRESH_FACTOR) await this.refresh();
       } catch (err) {
         if (!this.stopped) this.emit({ type: 'error', where: 'refresh', message: errorMessage(err) });
       }
@@ -164,6 +174,7 @@ export class LocalRuntime {
 
   /** Re-reads mappings, functions and rules now (also runs every `refreshMs`). */
   refresh(prewarm = false): Promise<void> {
+    this.ticksSinceFull = 0;
     this.refreshing ??= this.doRefresh(prewarm).finally(() => {
       this.refreshing = undefined;
     });

@@ -33,6 +33,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type MotoServer, startMoto } from '../local/moto.js';
+import { QueueWatch } from '../local/runtime/queue-watch.js';
 import { LocalRuntime, ratePeriodMs, succeededMessageIds } from '../local/runtime.js';
 import { writeZip } from '../local/zip.js';
 
@@ -328,6 +329,47 @@ describe('local runtime', () => {
     expect(new Set(taken).size).toBe(30);
     expect(late.Messages?.map((m) => m.Body)).toEqual(['late']);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("the launcher's wake wait returns for a message sent to an empty queue and for a disable, and receives nothing", async () => {
+    // Prepare: a watch on an empty queue's mapping, as an idle poller slot has
+    const fn = await deploy({});
+    const states: (string | undefined)[] = [];
+    const watch = new QueueWatch(
+      moto.endpoint,
+      fn.queueArn,
+      fn.uuid,
+      (m) => states.push(m?.State),
+      () => undefined,
+    );
+    try {
+      await waitFor('the mapping as the watch sees it', () => states.length === 1);
+      let awake = false;
+      const asleep = watch.untilMessages(60_000).then(() => {
+        awake = true;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const awakeBeforeSend = awake;
+      // Act
+      await sqs.send(new SendMessageCommand({ QueueUrl: fn.queueUrl, MessageBody: 'wake' }));
+      const first = await Promise.race([
+        asleep.then(() => 'woken'),
+        new Promise((resolve) => setTimeout(() => resolve('still asleep'), 10_000)),
+      ]);
+      await lambda.send(new UpdateEventSourceMappingCommand({ UUID: fn.uuid, Enabled: false }));
+      await waitFor('the disable as the watch sees it', () => states.at(-1) === 'Disabled');
+      // Assess: woken by the message, not by its 60 s limit; the message was never received
+      expect(awakeBeforeSend).toBe(false);
+      expect(first).toBe('woken');
+      expect(states).toEqual(['Enabled', 'Disabled']);
+      expect(await queueCounts(fn.queueUrl)).toEqual({ visible: 1, inFlight: 0 });
+      const look = await sqs.send(
+        new ReceiveMessageCommand({ QueueUrl: fn.queueUrl, MessageSystemAttributeNames: ['All'] }),
+      );
+      expect(look.Messages?.[0]?.Attributes?.ApproximateReceiveCount).toBe('1');
+    } finally {
+      await watch.stop();
+    }
   });
 
   it('invokes the deployed code with Lambda SQS event and context shapes and deletes the message after success', async () => {

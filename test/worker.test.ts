@@ -49,6 +49,7 @@ afterAll(async () => {
 
 interface Setup {
   res: WorkerResources;
+  config: ReturnType<typeof readWorkerConfig>;
   /** A fresh set of dependencies = one more Lambda instance. */
   instance(overrides?: Partial<WorkerDeps>): WorkerDeps;
   store: OutcomesStore;
@@ -70,6 +71,7 @@ async function setup(env: Record<string, string> = {}): Promise<Setup> {
   });
   return {
     res,
+    config,
     instance: (overrides = {}) =>
       createWorkerDeps(config, clients, { resolver: catalogResolver, ...overrides }),
     store: new OutcomesStore({ client: clients.ddb, tableName: res.tableName }),
@@ -365,6 +367,49 @@ describe('worker against moto and the stand-ins', () => {
     const left = await receiveAll(clients.sqs, s.res.queueUrl, 9);
     expect(left).toHaveLength(9);
     expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('1'));
+  });
+
+  it('warms up ahead of its first record (state, key, table), never fails doing so, and the first record reads no secret again', async () => {
+    // Prepare: clients that name every call they make
+    const s = await setup();
+    const counted = clientsFor(moto);
+    const calls: string[] = [];
+    counted.ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    counted.secrets.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    counted.ddb.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const deps = createWorkerDeps(s.config, counted, { resolver: catalogResolver });
+    const key = newKey('warm');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    // Act
+    await deps.warmUp?.();
+    const warmUpCalls = calls.splice(0).sort();
+    const out = await deliver(s, deps, await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    const missingSecret = createWorkerDeps({ ...s.config, captchaAiSecretName: 'no-such-secret' }, counted);
+    // Assess
+    expect(warmUpCalls).toEqual(['GetItemCommand', 'GetParameterCommand', 'GetSecretValueCommand']);
+    expect(out.batchItemFailures).toEqual([]);
+    expect((await s.store.get(key))?.status).toBe('submitted');
+    expect(calls).toContain('GetParameterCommand');
+    expect(calls).not.toContain('GetSecretValueCommand');
+    await expect(missingSecret.warmUp?.()).resolves.toBeUndefined();
   });
 
   it('leaves a batch untouched when the pipeline state already says paused', async () => {

@@ -34,6 +34,8 @@ export interface WorkerDeps {
   metrics: Metrics;
   /** A unique lease owner per claim. */
   newOwner?: () => string;
+  /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
+  warmUp?: () => Promise<void>;
 }
 
 export type RecordResult =

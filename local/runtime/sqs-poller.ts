@@ -10,15 +10,19 @@ import {
 import { capInForce } from '../../functions/shared/cap-policy.js';
 import type { LocalRuntime } from '../runtime.js';
 import type { FunctionHost } from './function-host.js';
+import { QueueWatch } from './queue-watch.js';
 import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
 import { errorMessage, type InvokeResult, type MappingStats, mappingPolls } from './types.js';
 
 /**
  * Lambda's SQS poller for one event source mapping. Up to `limit` loops receive batches; a
  * received batch is invoked only while fewer than `limit` invocations of this mapping run,
- * so the limit holds even right after it drops. The mapping is re-read before each receive
- * (at most every `stateMaxAgeMs`), and a batch received just before the mapping was disabled
- * is made visible again instead of being invoked.
+ * so the limit holds even right after it drops. The mapping is current before each receive:
+ * reported by a QueueWatch (at most ~100 ms old), or re-read (at most every `stateMaxAgeMs`)
+ * where the emulator has no wake route; a batch received just before the mapping was disabled
+ * is made visible again instead of being invoked. A slot whose receive found the queue empty
+ * sleeps until the watch sees a visible message (short polls with an idle back-off up to 1 s
+ * without a watch). The finished batch's delete runs while the slot receives its next one.
  */
 export class SqsPoller {
   readonly stats: MappingStats;
@@ -30,6 +34,8 @@ export class SqsPoller {
   private wake: (() => void)[] = [];
   private lastRead = 0;
   private reading: Promise<void> | undefined;
+  private watch: QueueWatch | undefined;
+  private readonly deleting = new Set<Promise<void>>();
 
   constructor(
     private readonly runtime: LocalRuntime,
@@ -60,6 +66,20 @@ export class SqsPoller {
       this.queueUrl = q.QueueUrl;
     }
     await this.readMapping();
+    const endpoint = this.runtime.clientConfig.endpoint;
+    if (!this.watch && endpoint && this.runtime.receiveWaitSeconds === 0 && !this.runtime.stopped) {
+      this.watch = new QueueWatch(
+        endpoint.replace(/\/+$/, ''),
+        this.stats.queueArn,
+        this.stats.uuid,
+        (m) => {
+          if (!m) return;
+          this.host.stats.reservedConcurrency = m.ReservedConcurrentExecutions ?? undefined;
+          this.applyMapping(m);
+        },
+        (message) => this.runtime.emit({ type: 'error', where: `wake ${this.stats.queueArn}`, message }),
+      );
+    }
     while (this.loops < this.stats.limit) {
       const index = this.loops++;
       this.running.push(this.loop(index));
@@ -68,6 +88,7 @@ export class SqsPoller {
 
   /** The mapping as of at most `stateMaxAgeMs` ago. */
   private fresh(): Promise<void> {
+    if (this.watch?.isCurrent) return Promise.resolve();
     if (Date.now() - this.lastRead <= this.runtime.stateMaxAgeMs) return Promise.resolve();
     this.reading ??= this.readMapping().finally(() => {
       this.reading = undefined;
@@ -78,6 +99,20 @@ export class SqsPoller {
   private async readMapping(): Promise<void> {
     const m = await this.runtime.lambda.send(new GetEventSourceMappingCommand({ UUID: this.stats.uuid }));
     this.lastRead = Date.now();
+    this.applyMapping(m);
+  }
+
+  /** True while a QueueWatch reports this mapping (and its function's reserved concurrency). */
+  get watched(): boolean {
+    return this.watch?.isCurrent === true;
+  }
+
+  private applyMapping(
+    m: Pick<
+      EventSourceMappingConfiguration,
+      'State' | 'BatchSize' | 'ScalingConfig' | 'FunctionResponseTypes'
+    >,
+  ): void {
     const enabled = mappingPolls(m.State);
     const batchSize = Math.max(1, Math.min(m.BatchSize ?? 10, 10));
     const maximum = m.ScalingConfig?.MaximumConcurrency;
@@ -155,8 +190,10 @@ export class SqsPoller {
       }
       if (this.runtime.stopped) return;
       if (messages.length === 0) {
-        // A long poll already waited for a message; short polls back off up to one second.
-        if (this.runtime.receiveWaitSeconds === 0) idleMs = Math.min(1000, Math.max(50, idleMs * 2));
+        // A long poll already waited for a message; the watch wakes this slot when one is
+        // visible; short polls without it back off up to one second.
+        if (this.watch?.supported) await this.watch.untilMessages(1000);
+        else if (this.runtime.receiveWaitSeconds === 0) idleMs = Math.min(1000, Math.max(50, idleMs * 2));
         continue;
       }
       idleMs = 0;
@@ -223,6 +260,14 @@ export class SqsPoller {
     const succeeded = new Set(succeededMessageIds(ids, result, this.reportBatchItemFailures));
     this.stats.failedItems += ids.length - succeeded.size;
     const toDelete = messages.filter((m) => succeeded.has(m.MessageId ?? ''));
+    // Not awaited: the slot receives its next batch meanwhile (the messages stay invisible until
+    // deleted, far shorter than their visibility timeout); stop() waits for it.
+    const deleting = this.delete(toDelete);
+    this.deleting.add(deleting);
+    void deleting.finally(() => this.deleting.delete(deleting));
+  }
+
+  private async delete(toDelete: Message[]): Promise<void> {
     for (let i = 0; i < toDelete.length; i += 10) {
       const chunk = toDelete.slice(i, i + 10);
       try {
@@ -245,6 +290,7 @@ export class SqsPoller {
 
   async stop(): Promise<void> {
     this.wakeAll();
-    await Promise.allSettled(this.running);
+    await this.watch?.stop();
+    await Promise.allSettled([...this.running, ...this.deleting]);
   }
 }

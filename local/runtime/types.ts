@@ -6,7 +6,11 @@ export interface LocalRuntimeOptions {
   logDir: string;
   /** Multiplies scheduled rules' rates (0.01 runs a one-minute rule every 0.6 s). @default 1 */
   timeScale?: number;
-  /** How often mappings, concurrency and rules are re-read, in ms. @default 500 */
+  /**
+   * How often mappings, concurrency and rules are re-read, in ms; while every queue mapping is
+   * watched at the moto launcher (runtime/queue-watch.ts reports its changes at once), ten times
+   * less often. @default 500
+   */
   refreshMs?: number;
   /** Run only these functions (default: every function with an SQS mapping or a scheduled rule). */
   functionNames?: string[];
