@@ -27,6 +27,7 @@ import {
   steadyWindow,
   summarize,
   timeWeightedMean,
+  wholeRunLoss,
 } from './stats.js';
 import { type ChartPoint, renderChart } from './svg.js';
 import { type Invocation, overheadMs, unscaledDurationMs } from './worker-log.js';
@@ -100,6 +101,17 @@ export function buildReport(i: BuildInput): BenchReport {
   const firstSubmitAt = i.series.find((p) => p.inFlight > 0)?.t ?? Number.NaN;
   const wholeEff = busyShare(i.busy, firstSubmitAt, lastCompletion, i.threads);
   const ssEff = window ? busyShare(i.busy, window.from, window.to, i.threads) : Number.NaN;
+  // The whole run's loss by phase: idle plan-thread-time in each ÷ threads × whole-run time.
+  const rampEnd = i.series.find((p) => p.t >= firstSubmitAt && p.inFlight >= i.cap)?.t ?? Number.NaN;
+  const lastStart = Math.max(
+    ...i.invocations.map((inv) => (inv.startedAt ? tRel(inv.startedAt) : Number.NaN)),
+  );
+  const loss = wholeRunLoss(i.busy, i.threads, {
+    firstSubmit: firstSubmitAt,
+    rampEnd,
+    drainFrom: Math.max(rampEnd, lastStart),
+    lastAnswer: lastCompletion,
+  });
   const pollsPerSolve = withOutcome
     .map((inv) => inv.outcome?.polls)
     .filter((v): v is number => v !== undefined);
@@ -268,6 +280,13 @@ export function buildReport(i: BuildInput): BenchReport {
       throughput_whole_run: round(throughputWhole),
       throughput_steady_state: round(throughputSs),
       projected_time_scale_1: round(projected),
+      whole_run_loss: {
+        ramp_up: round(loss.rampUp, 4),
+        between_ramp_and_drain: round(loss.between, 4),
+        drain: round(loss.drain, 4),
+        ramp_up_s: round(loss.rampUpS, 1),
+        drain_s: round(loss.drainS, 1),
+      },
     },
     captchaai_calls: {
       res_php_per_solve: round(i.standin.solved ? i.standin.polls / i.standin.solved : Number.NaN, 2),

@@ -40,6 +40,19 @@ export interface BenchReport {
     throughput_whole_run: number | null;
     throughput_steady_state: number | null;
     projected_time_scale_1: number | null;
+    /**
+     * Where the whole run's loss (1 − whole_run) falls, as shares of plan threads × whole-run
+     * wall time: ramp_up from the first submit until cap tasks are first in flight together,
+     * drain from the last record's invocation start (no task starts after it) to the last
+     * answer, between_ramp_and_drain the rest. Seconds of each phase beside them.
+     */
+    whole_run_loss: {
+      ramp_up: number | null;
+      between_ramp_and_drain: number | null;
+      drain: number | null;
+      ramp_up_s: number | null;
+      drain_s: number | null;
+    };
   };
   captchaai_calls: {
     res_php_per_solve: number | null;

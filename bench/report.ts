@@ -38,6 +38,11 @@ export function formatReport(r: BenchReport): string {
       `first submit to last answer, incl. ramp-up and drain; ${n(r.efficiency.throughput_whole_run)} by throughput`,
     ],
     [
+      '  whole-run loss by phase',
+      `${n(r.efficiency.whole_run_loss.ramp_up, 4)} / ${n(r.efficiency.whole_run_loss.between_ramp_and_drain, 4)} / ${n(r.efficiency.whole_run_loss.drain, 4)}`,
+      `ramp-up (${n(r.efficiency.whole_run_loss.ramp_up_s, 1)} s to cap in flight) / between / drain (last ${n(r.efficiency.whole_run_loss.drain_s, 1)} s, no new task), shares of the whole run`,
+    ],
+    [
       'res.php calls per solve',
       n(r.captchaai_calls.res_php_per_solve, 2),
       `max ${r.captchaai_calls.res_php_max_per_solve ?? 'n/a'} (budget ${r.config.poll.budget} per task); in.php per record ${n(r.captchaai_calls.in_php_per_record, 3)}; rate-limited answers ${r.captchaai_calls.rate_limited}`,

@@ -213,3 +213,26 @@ export function busyShare(
   };
   return (at(to) - at(from)) / (threads * (to - from) * 1000);
 }
+
+/**
+ * The whole run's loss (1 − busy share from the first submit to the last answer) split by phase,
+ * each as idle plan-thread-time ÷ (threads × whole-run time), so the three add up to the loss:
+ * ramp-up (first submit → cap tasks in flight together), between, and drain (from the last
+ * task's start, after which no slot gets new work, to the last answer). Times in seconds.
+ */
+export function wholeRunLoss(
+  busy: readonly { t: number; ms: number }[],
+  threads: number,
+  at: { firstSubmit: number; rampEnd: number; drainFrom: number; lastAnswer: number },
+): { rampUp: number; between: number; drain: number; rampUpS: number; drainS: number } {
+  const whole = at.lastAnswer - at.firstSubmit;
+  const idle = (from: number, to: number) =>
+    to > from ? ((1 - busyShare(busy, from, to, threads)) * (to - from)) / whole : 0;
+  return {
+    rampUp: idle(at.firstSubmit, at.rampEnd),
+    between: idle(at.rampEnd, at.drainFrom),
+    drain: idle(at.drainFrom, at.lastAnswer),
+    rampUpS: at.rampEnd - at.firstSubmit,
+    drainS: at.lastAnswer - at.drainFrom,
+  };
+}

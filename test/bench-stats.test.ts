@@ -12,6 +12,7 @@ import {
   steadyWindow,
   summarize,
   timeWeightedMean,
+  wholeRunLoss,
 } from '../bench/stats.js';
 
 describe('percentile', () => {
@@ -260,5 +261,23 @@ describe('busyShare', () => {
     // Between samples it interpolates.
     expect(busyShare(busy, 5, 15, 4)).toBeCloseTo(0.75);
     expect(busyShare(busy, 5, 5, 4)).toBeNaN();
+  });
+});
+
+describe('wholeRunLoss', () => {
+  it('splits the idle plan-thread-time of a run into ramp-up, between and drain, adding up to 1 − the whole-run share', () => {
+    // Cumulative busy thread-ms of 4 threads: 1 busy for 10 s (ramp-up), 4 for 20 s, 2 for 10 s (drain).
+    const busy = [
+      { t: 0, ms: 0 },
+      { t: 10, ms: 10_000 },
+      { t: 30, ms: 90_000 },
+      { t: 40, ms: 110_000 },
+    ];
+    const loss = wholeRunLoss(busy, 4, { firstSubmit: 0, rampEnd: 10, drainFrom: 30, lastAnswer: 40 });
+    expect(loss.rampUp).toBeCloseTo(30 / 160);
+    expect(loss.between).toBeCloseTo(0);
+    expect(loss.drain).toBeCloseTo(20 / 160);
+    expect(loss.rampUp + loss.between + loss.drain).toBeCloseTo(1 - busyShare(busy, 0, 40, 4));
+    expect([loss.rampUpS, loss.drainS]).toEqual([10, 10]);
   });
 });
