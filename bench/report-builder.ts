@@ -147,10 +147,18 @@ export function buildReport(i: BuildInput): BenchReport {
   const cycleMs = window ? (i.cap / (window.completed / ssSeconds)) * 1000 : Number.NaN;
   const heldMs = util * cycleMs;
   const invocationMs = invUtil * cycleMs;
-  const wSolve = mean(inWindow.map((inv) => inv.outcome?.solveMs ?? Number.NaN));
   const wTarget = mean(inWindow.map((inv) => inv.outcome?.targetMs ?? Number.NaN));
   const wPage = mean(inWindow.map((inv) => inv.outcome?.pageMs ?? Number.NaN));
-  const wOverhead = invocationMs - wSolve - wTarget;
+  // The overhead is measured per record (invocation − solve − target). The poll wait is what is
+  // left of the invocation's time without a task: a per-record mean of solve times would not do
+  // here, because the window's records are chosen by completion time and so are not a fair
+  // sample of solve lengths (the first wave's short solves fall before it), and the mean of a few
+  // hundred solves drawn from 15–60 s is itself uncertain by ±0.7 s.
+  const wOverhead = mean(
+    inWindow.filter((inv) => !inv.firstInEnvironment).map((inv) => overheadMs(inv) ?? Number.NaN),
+  );
+  const wPoll = invocationMs - heldMs - wOverhead - wTarget;
+  const wSolve = heldMs + wPoll;
   const wBetween = cycleMs - invocationMs;
   const modelledWallMs = i.modelledMeanMs * s;
   // The same cycle at time scale 1: CaptchaAI's waits unscaled, everything else as measured.
@@ -341,7 +349,7 @@ export function buildReport(i: BuildInput): BenchReport {
       cycle: round(cycleMs, 0),
       captcha_thread_held: round(heldMs, 0),
       captcha_thread_held_modelled: round(modelledWallMs, 0),
-      poll_granularity: round(wSolve - heldMs, 0),
+      poll_granularity: round(wPoll, 0),
       poll_granularity_predicted: round(i.predictedPollMs * s, 0),
       target_http: round(wTarget, 0),
       page_load_overlapped: round(wPage, 0),
@@ -349,7 +357,7 @@ export function buildReport(i: BuildInput): BenchReport {
       between_invocations: round(wBetween, 0),
       cycle_unscaled: round(cycleUnscaledMs, 0),
       poll_interval_what_if: pollWhatIf,
-      note: 'steady state, wall ms per record and slot: cycle (= cap ÷ throughput) = CaptchaAI thread held (utilization × cycle) + poll granularity (the worker’s solve time − thread held: the answer waits for the next poll) + target HTTP + invocation overhead (invocation time − solve − target) + between invocations (the local poller: receive, delete, mapping re-read, waiting for a message). cycle_unscaled: the same cycle with CaptchaAI’s waits at time scale 1. poll_interval_what_if: the predicted wait for the poll and the efficiency ceiling it leaves, per poll interval',
+      note: 'steady state, wall ms per record and slot: cycle (= cap ÷ throughput) = CaptchaAI thread held (utilization × cycle) + poll granularity (invocation time − thread held − target − overhead: the answer waits for the next poll) + target HTTP + invocation overhead (per record: invocation duration − solve − target, warm invocations) + between invocations (the local poller: receive, hand-over to an environment, waiting for a message). cycle_unscaled: the same cycle with CaptchaAI’s waits at time scale 1. poll_interval_what_if: the predicted wait for the poll and the efficiency ceiling it leaves, per poll interval',
     },
     lambda: {
       memory_mb: i.memoryMb,

@@ -115,7 +115,7 @@ export function formatReport(r: BenchReport): string {
       'runs while CaptchaAI solves: not in the cycle',
     ],
     ['  invocation overhead', ms(t.invocation_overhead), 'inside the invocation, outside solve and target'],
-    ['  between invocations', ms(t.between_invocations), 'poller: receive, delete, waiting for a message'],
+    ['  between invocations', ms(t.between_invocations), 'poller: receive, hand-over, waiting for a message'],
     [
       'poll interval what-if',
       t.poll_interval_what_if.map((w) => `${w.interval_ms / 1000} s → ${n(w.efficiency_ceiling)}`).join(', '),
