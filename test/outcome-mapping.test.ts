@@ -131,6 +131,15 @@ describe('decideClaimConflict: the claim was refused', () => {
   ] as const)('%s', (_name, why, decision) => {
     expect(decideClaimConflict(why)).toEqual(decision);
   });
+
+  it('a record leased elsewhere is retried not before that lease expires', () => {
+    expect(decideClaimConflict('leased', 1_700_000_060_000)).toEqual({
+      action: 'retry',
+      release: false,
+      reason: 'LEASED_ELSEWHERE',
+      notBefore: 1_700_000_060_000,
+    });
+  });
 });
 
 describe('decideTargetResponse: the form POST answered', () => {

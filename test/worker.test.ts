@@ -274,6 +274,34 @@ describe('worker against moto and the stand-ins', () => {
     expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1 });
   });
 
+  it('keeps a message that meets a live lease invisible until the lease expires, instead of spending its receives on refusals', async () => {
+    // Prepare: an invocation holds the record's 60 s lease (cut off after its submit, as by a crash).
+    const s = await setup({ RETRY_DELAY_SECONDS: '1' });
+    const key = newKey('leased');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const controller = new AbortController();
+    const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
+    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+    controller.abort(new Error('test: invocation killed'));
+    await running;
+    const lease = Number((await s.store.get(key))?.lease_expires_at);
+    // Act: the message comes back after the 1 s retry delay, while that lease is live.
+    let again: Message | undefined;
+    for (const until = Date.now() + 10_000; !again && Date.now() < until; ) {
+      [again] = await receive(clients.sqs, s.res.queueUrl, 1);
+      if (!again) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const refused = await deliver(s, s.instance(), [again!]);
+    // Assess: refused without a solve, and not back after another retry delay: it waits for
+    // the lease (about 60 s more) rather than coming back every second until the DLQ takes it.
+    expect(refused.batchItemFailures).toEqual([{ itemIdentifier: again!.MessageId }]);
+    expect(submitsFor(key)).toBe(1);
+    expect(lease - Date.now()).toBeGreaterThan(50_000);
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    expect(await receive(clients.sqs, s.res.queueUrl)).toEqual([]);
+  });
+
   it('with a revoked key, a batch of 10 makes 1 in.php call, 1 DLQ message, disables the mapping and leaves the other 9 in the queue', async () => {
     // Prepare: the poller took a batch of 10 in one receive (ApproximateReceiveCount = 1 each).
     const s = await setup();

@@ -34,7 +34,7 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | anything else (AWS SDK, bugs)           | retry keeping the lease while receives < limit, then `failed` INTERNAL_ERROR |
  *
  * decideClaimConflict — the claim was refused: `finished` → drop (a duplicate, delete it);
- * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease.
+ * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease, not before it expires.
  * decideTargetResponse — the form POST answered: 2xx/3xx → `submitted` OK, else `failed`
  * TARGET_HTTP_<status>.
  * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
@@ -48,8 +48,10 @@ export type RecordDecision =
   /**
    * Batch item failure: the message comes back after its visibility timeout. `release` ends
    * the lease so that redelivery can claim at once; without it the lease must expire first.
+   * `notBefore` (epoch ms): no retry can succeed earlier (another owner's lease), so the
+   * message stays invisible until then instead of spending its receive count on refusals.
    */
-  | { action: 'retry'; release: boolean; reason: string }
+  | { action: 'retry'; release: boolean; reason: string; notBefore?: number }
   /** Nothing to write: the message is a duplicate of a finished record; delete it. */
   | { action: 'drop'; reason: string };
 
@@ -112,11 +114,17 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
     : { action: 'fail', reason: REASON.INTERNAL_ERROR };
 }
 
-export function decideClaimConflict(why: ClaimConflict): RecordDecision {
-  // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry later.
-  return why === 'finished'
-    ? { action: 'drop', reason: REASON.ALREADY_FINISHED }
-    : { action: 'retry', release: false, reason: REASON.LEASED_ELSEWHERE };
+export function decideClaimConflict(why: ClaimConflict, leaseExpiresAt?: number): RecordDecision {
+  // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry once the
+  // lease has expired. Retrying every few seconds instead would push a duplicate that arrives
+  // early in a long lease (after a crash, the whole lease) past maxReceiveCount into the DLQ.
+  if (why === 'finished') return { action: 'drop', reason: REASON.ALREADY_FINISHED };
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.LEASED_ELSEWHERE,
+    ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
+  };
 }
 
 const HTTP_OK_MIN = 200;

@@ -29,7 +29,7 @@ export async function processBatch(
 ): Promise<SQSBatchResponse> {
   const failures: string[] = [];
   const untouched: SQSRecord[] = [];
-  const retried: SQSRecord[] = [];
+  const retried: { record: SQSRecord; notBefore?: number }[] = [];
   let paused: 'none' | 'observed' | 'by-us' = 'none';
   try {
     for (const record of event.Records) {
@@ -60,19 +60,40 @@ export async function processBatch(
       }
       if (result.kind === 'retry') {
         failures.push(record.messageId);
-        retried.push(record);
+        retried.push({ record, notBefore: result.notBefore });
       }
       if (result.kind === 'stopped') paused = 'by-us';
     }
     if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.
-    if (retried.length > 0) await setVisibility(deps, retried, deps.config.retryDelaySeconds);
+    for (const [seconds, records] of retryDelays(retried, deps)) await setVisibility(deps, records, seconds);
   } finally {
     // Per-record metrics (outcomes, conflicts) are single metrics, already published.
     if (deps.metrics.hasStoredMetrics()) deps.metrics.publishStoredMetrics();
   }
   return { batchItemFailures: failures.map((itemIdentifier) => ({ itemIdentifier })) };
+}
+
+/** SQS's longest visibility timeout. */
+const MAX_VISIBILITY_SECONDS = 43_200;
+
+/**
+ * Retried records grouped by their visibility delay: the configured retry delay, or until
+ * `notBefore` has passed (plus a second, so the next claim sees the lease expired).
+ */
+function retryDelays(
+  retried: { record: SQSRecord; notBefore?: number }[],
+  deps: WorkerDeps,
+): Map<number, SQSRecord[]> {
+  const now = deps.now();
+  const groups = new Map<number, SQSRecord[]>();
+  for (const { record, notBefore } of retried) {
+    const untilThen = notBefore === undefined ? 0 : Math.ceil((notBefore - now) / 1000) + 1;
+    const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
+    groups.set(seconds, [...(groups.get(seconds) ?? []), record]);
+  }
+  return groups;
 }
 
 async function readStateSafely(deps: WorkerDeps): Promise<PipelineState> {

@@ -90,7 +90,9 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
         await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0);
       }
       log.info('will retry', { reason: decision.reason, released: decision.release });
-      return { kind: 'retry', reason: decision.reason };
+      return decision.notBefore === undefined
+        ? { kind: 'retry', reason: decision.reason }
+        : { kind: 'retry', reason: decision.reason, notBefore: decision.notBefore };
     }
     case 'drop':
       return { kind: 'done', status: 'duplicate' };

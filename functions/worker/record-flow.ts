@@ -126,7 +126,7 @@ export async function processRecord(
       claimConflict: claim.why,
       existingStatus: claim.row?.status,
     });
-    return applyDecision(decideClaimConflict(claim.why), { record, deps, log });
+    return applyDecision(decideClaimConflict(claim.why, claim.row?.lease_expires_at), { record, deps, log });
   }
 
   let attempts = 0;

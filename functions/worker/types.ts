@@ -41,8 +41,8 @@ export interface WorkerDeps {
 export type RecordResult =
   /** The message is done (outcome written or already present, or sent to the DLQ): delete it. */
   | { kind: 'done'; status: OutcomeStatus | 'dlq' | 'duplicate' }
-  /** Batch item failure: the message comes back later. */
-  | { kind: 'retry'; reason: string }
+  /** Batch item failure: the message comes back later (not before `notBefore`, epoch ms, when set). */
+  | { kind: 'retry'; reason: string; notBefore?: number }
   /** Stop-class error: the pipeline is paused; the rest of the batch must not be worked on. */
   | { kind: 'stopped'; code: string };
 
