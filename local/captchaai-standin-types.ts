@@ -130,6 +130,8 @@ export interface CaptchaStandin {
   /** Queues canned answers for the next requests to `endpoint` (res.php: `action=get` only). */
   inject(endpoint: InjectableEndpoint, replies: InjectedReply[]): void;
   stats(): StandinStats;
+  /** When each in.php request for this pageurl arrived (epoch ms, since start or reset). */
+  submitTimes(pageurl: string): number[];
   resetStats(): void;
   close(): Promise<void>;
 }

@@ -125,6 +125,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
       maxInFlight: inFlight,
       submits: 0,
       submitsByPageurl: {} as Record<string, number>,
+      submitTimesByPageurl: new Map<string, number[]>(),
       submitsByType: {} as Record<string, number>,
       polls: 0,
       errors: {} as Record<string, number>,
@@ -260,7 +261,12 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
   async function inPhp(req: IncomingMessage, res: ServerResponse, p: Params): Promise<void> {
     counters.submits += 1;
     const pageurl = p.get('pageurl');
-    if (pageurl) counters.submitsByPageurl[pageurl] = (counters.submitsByPageurl[pageurl] ?? 0) + 1;
+    if (pageurl) {
+      counters.submitsByPageurl[pageurl] = (counters.submitsByPageurl[pageurl] ?? 0) + 1;
+      const times = counters.submitTimesByPageurl.get(pageurl);
+      if (times) times.push(Date.now());
+      else counters.submitTimesByPageurl.set(pageurl, [Date.now()]);
+    }
     const parsed = parseTask(p);
     if ('type' in parsed)
       counters.submitsByType[parsed.type] = (counters.submitsByType[parsed.type] ?? 0) + 1;
@@ -490,6 +496,9 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
         planActive,
         requestsByKey: { ...counters.requestsByKey },
       };
+    },
+    submitTimes(pageurl) {
+      return [...(counters.submitTimesByPageurl.get(pageurl) ?? [])];
     },
     resetStats() {
       counters = freshCounters();

@@ -22,7 +22,7 @@ import { checkLocalStack } from './localstack-health.js';
 import { deployToLocalStack, localStackSettings, localStackTargetConfig } from './localstack-target.js';
 import { type MotoServer, startMoto } from './moto.js';
 import { newRunDir } from './run-dirs.js';
-import { LocalRuntime, type RuntimeEvent } from './runtime.js';
+import { LocalRuntime, type LocalRuntimeOptions, type RuntimeEvent } from './runtime.js';
 import { startTargetStandin, type TargetStandin } from './target-standin.js';
 
 /**
@@ -61,6 +61,8 @@ export interface LocalStackOptions {
   /** Phase messages ("deploying …") for a progress display. */
   onPhase?: (message: string) => void;
   onRuntimeEvent?: (event: RuntimeEvent) => void;
+  /** Start the local runtime in this process (moto only). false: the caller runs one, e.g. local/runtime-process.ts. @default true */
+  runtime?: boolean;
 }
 
 export interface LocalStack {
@@ -113,6 +115,23 @@ export function localSettings(o: {
     targetTimeoutMs: 5000,
     cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
     ...o.extra,
+  };
+}
+
+/** How the local stack runs its local runtime (in this process, or in a child: local/runtime-process.ts). */
+export function localRuntimeOptions(o: {
+  awsEnv: Record<string, string>;
+  logDir: string;
+  timeScale: number;
+  apiKey: string;
+}): LocalRuntimeOptions {
+  return {
+    awsEnv: o.awsEnv,
+    logDir: o.logDir,
+    timeScale: o.timeScale,
+    redact: [o.apiKey],
+    codeCacheDir: join(REPO_ROOT, '.local-stack', 'code'),
+    prewarm: true,
   };
 }
 
@@ -208,15 +227,10 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     cleanups.push(async () => rmSync(runAssembly, { recursive: true, force: true }));
     const outputs = deploy.outputs;
     const stackName = deploy.stackName;
-    if (moto) {
+    if (moto && options.runtime !== false) {
       phase('starting the local runtime');
       runtime = await LocalRuntime.start({
-        awsEnv,
-        logDir,
-        timeScale,
-        redact: [apiKey],
-        codeCacheDir: join(REPO_ROOT, '.local-stack', 'code'),
-        prewarm: true,
+        ...localRuntimeOptions({ awsEnv, logDir, timeScale, apiKey }),
         onEvent: options.onRuntimeEvent,
       });
       const started = runtime;

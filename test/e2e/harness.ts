@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { type RedriveResult, redrive } from '../../cli/commands/redrive.js';
@@ -7,7 +8,7 @@ import { computeCap, readCap } from '../../functions/shared/cap-policy.js';
 import { isFinalStatus } from '../../functions/shared/outcomes-store.js';
 import { DEFAULTS } from '../../functions/shared/settings.js';
 import { REPO_ROOT } from '../../local/deploy.js';
-import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
+import { type LocalStack, type LocalStackOptions, startLocalStack } from '../../local/local-stack.js';
 import { type OutcomeRow, queueDepth, readOutcomes } from '../../local/local-stack-observation.js';
 import { expectedOutcomes } from '../../local/local-stack-records.js';
 import { everyRecordFinished, progressOf } from '../../local/local-stack-run.js';
@@ -31,11 +32,30 @@ export const CAP = computeCap(E2E.threads, {
   maxCap: DEFAULTS.maxCap,
 });
 
-export function startE2eStack(name: string): Promise<LocalStack> {
+/**
+ * `runtime: false`: no local runtime in this process (the test runs one, e.g. local/runtime-process.ts).
+ * `targetDelays` only changes the target stand-in, so the deployment (and its cached synth) stays shared.
+ */
+export function startE2eStack(
+  name: string,
+  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays'> = {},
+): Promise<LocalStack> {
   return startLocalStack({
     ...E2E,
+    ...options,
     logDir: join(REPO_ROOT, '.local-stack', 'e2e', `${name}-${randomBytes(3).toString('hex')}`),
   });
+}
+
+/** The stand-in's tokens (local/captchaai-standin-http.ts makeToken): none may reach a log. */
+export const TOKEN_PATTERN = /0\.[\w-]{100,}|03A[\w-]{100,}/;
+
+/** Every file under `dir`, concatenated (log checks). */
+export function logText(dir: string): string {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => readFileSync(join(entry.parentPath, entry.name), 'utf8'))
+    .join('\n');
 }
 
 /** A record-key prefix no other test (or earlier LocalStack run) uses. */

@@ -1,6 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keyFingerprint } from '../../local/captchaai-standin.js';
 import type { LocalStack } from '../../local/local-stack.js';
@@ -11,6 +9,7 @@ import {
   dlqCount,
   finalCount,
   isFinal,
+  logText,
   outcomesOf,
   redriveWithCli,
   startE2eStack,
@@ -33,13 +32,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.stop();
 });
-
-function logText(dir: string): string {
-  return readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((entry) => entry.isFile())
-    .map((entry) => readFileSync(join(entry.parentPath, entry.name), 'utf8'))
-    .join('\n');
-}
 
 describe('key rotation without a redeploy (local stack)', () => {
   it('revoked key A pauses; secret set B + resume: no second pause, every record finishes, no request with A after the resume', async () => {
