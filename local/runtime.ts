@@ -13,11 +13,12 @@ import {
   paginateListEventSourceMappings,
 } from '@aws-sdk/client-lambda';
 import { S3Client } from '@aws-sdk/client-s3';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { capInForce } from '../functions/shared/cap-policy.js';
 import { CodeCache } from './runtime/code-cache.js';
 import { FunctionHost } from './runtime/function-host.js';
-import { LogSink } from './runtime/log-sink.js';
+import { LogSink, Redactions, secretNamesIn } from './runtime/log-sink.js';
 import { RuleTimer } from './runtime/rule-timer.js';
 import { SqsPoller } from './runtime/sqs-poller.js';
 import { StreamPoller } from './runtime/stream-poller.js';
@@ -79,6 +80,9 @@ export class LocalRuntime {
   readonly receiveWaitSeconds: number;
   readonly stateMaxAgeMs: number;
   readonly runtimeLog: LogSink;
+  /** What every log file of this runtime redacts: `redact`, plus each value of the functions' secrets. */
+  readonly redactions: Redactions;
+  private readonly secrets: SecretsManagerClient;
   /** Endpoint, region and credentials of the emulator, for clients the pollers make. */
   readonly clientConfig: {
     endpoint: string | undefined;
@@ -116,7 +120,9 @@ export class LocalRuntime {
     this.unreservedLimit = options.unreservedLimit ?? 10;
     this.receiveWaitSeconds = options.receiveWaitSeconds ?? 0;
     this.stateMaxAgeMs = options.stateMaxAgeMs ?? 100;
-    this.runtimeLog = new LogSink(join(options.logDir, 'runtime.log'), options.redact ?? []);
+    this.secrets = new SecretsManagerClient(clientConfig);
+    this.redactions = new Redactions(options.redact);
+    this.runtimeLog = new LogSink(join(options.logDir, 'runtime.log'), this.redactions);
     this.code = new CodeCache({
       s3: this.s3,
       cacheRoot: options.codeCacheDir ?? join(options.logDir, 'code'),
@@ -216,6 +222,11 @@ export class LocalRuntime {
     for (const m of [...sqsMappings, ...streamMappings]) this.ensureHost(m.FunctionArn?.split(':')[6] ?? '');
     for (const { targets } of rules) for (const t of targets) this.ensureHost(t.Arn?.split(':')[6] ?? '');
     await Promise.all([...this.hosts.values()].map((h) => h.refresh()));
+    // Before any environment starts: a key rotated in since the last refresh is redacted too.
+    await this.redactions.learnSecrets(
+      this.secrets,
+      [...this.hosts.values()].flatMap((h) => secretNamesIn(h.fn?.env ?? {})),
+    );
 
     if (prewarm) {
       // Init every environment the pollers may use (and one per scheduled target) before polling starts.

@@ -24,6 +24,11 @@ import {
 } from '@aws-sdk/client-lambda';
 import { CreateBucketCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
+  CreateSecretCommand,
+  PutSecretValueCommand,
+  SecretsManagerClient,
+} from '@aws-sdk/client-secrets-manager';
+import {
   CreateQueueCommand,
   GetQueueAttributesCommand,
   ReceiveMessageCommand,
@@ -41,8 +46,9 @@ import { writeZip } from '../local/zip.js';
 // holds the call for a while so concurrency can be observed, then acts on the message body.
 const HANDLER = `
 exports.handler = async (event, context) => {
-  console.log('starting with secret ' + process.env.SECRET_VALUE);
   const records = event.Records || [];
+  console.log('starting with secret ' + process.env.SECRET_VALUE);
+  for (const r of records) if ((r.body || '').startsWith('log ')) console.log(r.body);
   await fetch(process.env.RECORDER_URL + '/start', {
     method: 'POST',
     body: JSON.stringify({
@@ -132,6 +138,7 @@ describe('local runtime', () => {
   let lambda: LambdaClient;
   let sqs: SQSClient;
   let events: EventBridgeClient;
+  let secrets: SecretsManagerClient;
   let roleArn: string;
   let logDir: string;
   let runtime: LocalRuntime | undefined;
@@ -150,6 +157,7 @@ describe('local runtime', () => {
     lambda = new LambdaClient(config);
     sqs = new SQSClient(config);
     events = new EventBridgeClient(config);
+    secrets = new SecretsManagerClient(config);
     const s3 = new S3Client({ ...config, forcePathStyle: true });
     await s3.send(new CreateBucketCommand({ Bucket: 'code' }));
     await s3.send(
@@ -440,6 +448,29 @@ describe('local runtime', () => {
     expect(log).toContain('starting with secret ***');
     expect(log).toMatch(/START RequestId: /);
     expect(log).not.toContain('sk-very-secret');
+  });
+
+  it("redacts every key the function's secret has held: the first one, and one stored after a rotation while running", async () => {
+    // Prepare: the function's environment names its key's secret (as CAPTCHAAI_SECRET_NAME does).
+    const secretName = `runtime-test/key-${++counter}`;
+    const keyA = `A${'0123456789abcdef'.repeat(2)}`;
+    const keyB = `B${'fedcba9876543210'.repeat(2)}`;
+    await secrets.send(new CreateSecretCommand({ Name: secretName, SecretString: keyA }));
+    const fn = await deploy({ env: { CAPTCHAAI_SECRET_NAME: secretName } });
+    runtime = await start(fn.name);
+    const running = runtime;
+    // Act: the key is rotated while the runtime runs; then a function logs both keys.
+    await secrets.send(new PutSecretValueCommand({ SecretId: secretName, SecretString: keyB }));
+    await waitFor('the runtime to read the new version', () => running.redactions.knows(keyB));
+    await send(fn.queueUrl, [`log old ${keyA} new ${keyB}`]);
+    await waitFor('one invocation', () => recorder.calls.length === 1);
+    await runtime.stop();
+    runtime = undefined;
+    // Assess
+    const log = readFileSync(join(logDir, `${fn.name}.log`), 'utf8');
+    expect(log).toContain('log old *** new ***');
+    expect(log).not.toContain(keyA);
+    expect(log).not.toContain(keyB);
   });
 
   it('keeps concurrency at min(reserved concurrency, mapping maximum) and follows changes while running', async () => {

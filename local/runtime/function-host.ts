@@ -32,7 +32,7 @@ export class FunctionHost {
     readonly name: string,
     private readonly runtime: LocalRuntime,
   ) {
-    this.log = new LogSink(join(runtime.options.logDir, `${name}.log`), runtime.options.redact ?? []);
+    this.log = new LogSink(join(runtime.options.logDir, `${name}.log`), runtime.redactions);
   }
 
   /** Re-reads configuration and reserved concurrency; new code or env retires idle environments. */

@@ -18,7 +18,10 @@ export interface LocalRuntimeOptions {
   codeCacheDir?: string;
   /** Use this directory as a function's code instead of fetching its zip (keyed by function name). */
   codeDirs?: Record<string, string>;
-  /** Strings replaced by `***` in function logs (e.g. the API key), as a second line of defence. */
+  /**
+   * Strings replaced by `***` in function logs (e.g. the API key), as a second line of defence.
+   * Every value of a secret a function's `…_SECRET_NAME` variable names is redacted as well.
+   */
   redact?: string[];
   /** Concurrency of a mapping whose function has neither reserved concurrency nor a mapping maximum. @default 10 */
   unreservedLimit?: number;
