@@ -10,8 +10,10 @@ import {
  * The secrets one runtime's log files replace with `***`, as a second line of defence (the
  * functions themselves never log the key). The set only grows: the strings it was given, and
  * every value of every secret the functions' environments name (`…_SECRET_NAME`, e.g.
- * CAPTCHAAI_SECRET_NAME), read by `learnSecrets` on each refresh, so that a key stored by
- * `threadgate secret set` after a rotation is redacted too, and so is the old one.
+ * CAPTCHAAI_SECRET_NAME), read by `learnSecrets` on each full refresh of the runtime, so that a
+ * key stored by `threadgate secret set` after a rotation is redacted too, and so is the old one.
+ * A line logged between the rotation and the next full refresh (seconds) is not covered: this
+ * is the second line of defence, the functions never log the key.
  */
 export class Redactions {
   private readonly secrets = new Set<string>();
