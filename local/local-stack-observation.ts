@@ -5,7 +5,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import { readCap } from '../functions/shared/cap-policy.js';
-import type { LocalStack } from './local-stack.js';
+import type { AnyLocalStack, LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
 
@@ -102,7 +102,7 @@ export async function readMessages(
 }
 
 /** The cap in force now: the local runtime's poller limit, else (LocalStack) read back from the deployment. */
-export async function currentCap(stack: LocalStack): Promise<number> {
+export async function currentCap(stack: AnyLocalStack): Promise<number> {
   const mapping = stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
   if (mapping) return mapping.limit;
   const reading = await readCap({

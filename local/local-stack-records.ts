@@ -109,9 +109,18 @@ export function generatedRecords(
   );
 }
 
-/** The default sample: good records of every kind plus a few bad ones that must get clear reasons. */
-export function sampleRecords(targetUrl: string, sitekey: string, prefix: string, good = 37): string[] {
-  const records = generatedRecords(targetUrl, sitekey, good, prefix);
+/**
+ * The default sample: good records of every kind (or of the types of `mix`) plus a few bad
+ * ones that must get clear reasons.
+ */
+export function sampleRecords(
+  targetUrl: string,
+  sitekey: string,
+  prefix: string,
+  good = 37,
+  mix?: RecordMix,
+): string[] {
+  const records = generatedRecords(targetUrl, sitekey, good, prefix, mix);
   const bad = [
     // Not JSON: no record key to file it under, so it goes to the DLQ with its reason.
     '{"record_key": "broken',

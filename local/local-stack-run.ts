@@ -1,7 +1,8 @@
 import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { isFinalStatus } from '../functions/shared/outcomes-store.js';
 import type { PipelineState } from '../functions/shared/pipeline-control.js';
-import type { LocalStack } from './local-stack.js';
+import type { AnyLocalStack, LocalStack } from './local-stack.js';
+import { type RunEfficiency, runEfficiency, workerInvocations } from './local-stack-efficiency.js';
 import { currentCap, queueDepth, readDlq, readOutcomes } from './local-stack-observation.js';
 import { expectedOutcomes } from './local-stack-records.js';
 
@@ -64,13 +65,19 @@ export interface RunSummary {
   records: number;
   outcomes: Record<string, number>;
   dlq: number;
-  captcha_submits: number;
+  /** in.php submits counted by the stand-in; null with an external server (not counted). */
+  captcha_submits: number | null;
+  /** Tasks in flight at the stand-in at most; with an external server, worker invocations in flight at most. */
   max_in_flight: number;
+  max_in_flight_source: 'standin' | 'worker_invocations';
   cap: number;
   plan_threads: number;
   elapsed_s: number;
-  zero_balance: number;
+  /** ERROR_ZERO_BALANCE answers the stand-in gave; null with an external server (not counted). */
+  zero_balance: number | null;
   invocations: number;
+  /** Plan efficiency of the run (local/local-stack-efficiency.ts); null where the worker's log is not local (LocalStack). */
+  efficiency: RunEfficiency | null;
   paused: PipelineState | undefined;
   complete: boolean;
   dlq_reasons: Record<string, number>;
@@ -92,7 +99,7 @@ export function everyRecordFinished(p: Pick<RunProgress, 'done' | 'total'>): boo
 
 /** Counts toward "done": final outcome rows of the run's keys, plus DLQ messages. */
 export async function progressOf(
-  stack: LocalStack,
+  stack: AnyLocalStack,
   expected: { keys: Set<string>; unkeyed: number },
   startedAt: number,
   sent: number,
@@ -113,15 +120,16 @@ export async function progressOf(
     outcomes[row.status] = (outcomes[row.status] ?? 0) + 1;
     if (isFinalStatus(row.status)) final++;
   }
-  const standin = stack.captcha.stats();
+  const standin = stack.captcha?.stats();
   const dlqCount = dlq.visible + dlq.inFlight;
   return {
     total: expected.keys.size + expected.unkeyed,
     done: Math.min(expected.keys.size + expected.unkeyed, final + dlqCount),
     sent,
-    inFlight: standin.inFlight,
+    // An external server is not asked every tick: the worker's invocations in flight stand in.
+    inFlight: standin?.inFlight ?? workerStats(stack)?.inFlight ?? 0,
     cap,
-    planThreads: standin.threads,
+    planThreads: standin?.threads ?? stack.threads,
     outcomes,
     dlq: dlqCount,
     elapsedS: (Date.now() - startedAt) / 1000,
@@ -143,7 +151,7 @@ export interface RunOptions {
 
 /** Feeds the bodies, waits until each has an outcome or a DLQ entry (or a pause, a timeout), summarizes. */
 export async function runRecords(
-  stack: LocalStack,
+  stack: AnyLocalStack,
   bodies: string[],
   options: RunOptions = {},
 ): Promise<RunSummary> {
@@ -175,12 +183,16 @@ export async function runRecords(
   return summarize(stack, last, startedAt);
 }
 
+function workerStats(stack: AnyLocalStack) {
+  return stack.runtime?.stats().functions[stack.outputs.WorkerFunctionName];
+}
+
 export async function summarize(
-  stack: LocalStack,
+  stack: AnyLocalStack,
   last: RunProgress,
   startedAt: number,
 ): Promise<RunSummary> {
-  const standin = stack.captcha.stats();
+  const standin = stack.captcha?.stats();
   const dlqReasons: Record<string, number> = {};
   if (last.dlq > 0) {
     for (const entry of await readDlq(stack, 1)) {
@@ -188,18 +200,31 @@ export async function summarize(
       dlqReasons[reason] = (dlqReasons[reason] ?? 0) + 1;
     }
   }
-  const worker = stack.runtime?.stats().functions[stack.outputs.WorkerFunctionName];
+  const worker = workerStats(stack);
+  const finalRows = Object.entries(last.outcomes)
+    .filter(([status]) => isFinalStatus(status))
+    .reduce((n, [, count]) => n + count, 0);
+  const planThreads = standin?.threads ?? stack.threads;
+  const efficiency = stack.runtime
+    ? runEfficiency(
+        await workerInvocations(stack.logDir, stack.outputs.WorkerFunctionName, startedAt, finalRows),
+        planThreads,
+        standin?.busyThreadMs,
+      )
+    : null;
   return {
     records: last.total,
     outcomes: last.outcomes,
     dlq: last.dlq,
-    captcha_submits: standin.submits,
-    max_in_flight: standin.maxInFlight,
+    captcha_submits: standin?.submits ?? null,
+    max_in_flight: standin?.maxInFlight ?? worker?.maxInFlight ?? 0,
+    max_in_flight_source: standin ? 'standin' : 'worker_invocations',
     cap: last.cap,
-    plan_threads: standin.threads,
+    plan_threads: planThreads,
     elapsed_s: Math.round((Date.now() - startedAt) / 100) / 10,
-    zero_balance: standin.zeroBalance,
+    zero_balance: standin?.zeroBalance ?? null,
     invocations: worker?.invocations ?? 0,
+    efficiency,
     paused: last.paused,
     complete: everyRecordFinished(last),
     dlq_reasons: dlqReasons,

@@ -7,6 +7,7 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { computeCap } from '../functions/shared/cap-policy.js';
+import { ConfigError } from '../functions/shared/errors.js';
 import { PipelineControl } from '../functions/shared/pipeline-control.js';
 import { DEFAULTS } from '../functions/shared/settings.js';
 import { type CaptchaStandin, type FaultRates, startCaptchaStandin } from './captchaai-standin.js';
@@ -18,6 +19,7 @@ import {
   type StackOutputs,
   type StackSettings,
 } from './deploy.js';
+import { type ExternalCaptchaai, planThreadsOf } from './local-stack-captchaai.js';
 import { checkLocalStack } from './localstack-health.js';
 import { deployToLocalStack, localStackSettings, localStackTargetConfig } from './localstack-target.js';
 import { type MotoServer, startMoto } from './moto.js';
@@ -40,8 +42,15 @@ import { startTargetStandin, type TargetStandin } from './target-standin.js';
  * local-stack-run.ts (feeding a run, its progress, "every record finished", the summary).
  */
 export interface LocalStackOptions {
-  /** Plan threads of the CaptchaAI stand-in. @default 8 */
+  /** Plan threads of the CaptchaAI stand-in. @default 8 (with `captchaai`: the server's threadsinfo) */
   threads?: number;
+  /**
+   * A CaptchaAI-compatible server (and its key) to use instead of starting the stand-in
+   * (local/local-stack-captchaai.ts validates it). The plan's threads come from its threadsinfo;
+   * the target stand-in verifies tokens with its `POST /verify` when it is loopback (another
+   * stand-in has one). Not with the LocalStack target.
+   */
+  captchaai?: ExternalCaptchaai;
   /** Plan threads kept free (the cap is threads − reserve). @default 2 */
   reserve?: number;
   /** Multiplies CaptchaAI latencies, the client's waits and the one-minute rule. @default 0.01 */
@@ -65,7 +74,12 @@ export interface LocalStackOptions {
   runtime?: boolean;
 }
 
-export interface LocalStack {
+/**
+ * A running local stack. `captcha` is the CaptchaAI stand-in it started, or undefined when it
+ * uses an external server (`captchaai` option): AnyLocalStack. Stacks started without that
+ * option always have their stand-in.
+ */
+export interface LocalStack<Standin extends CaptchaStandin | undefined = CaptchaStandin> {
   target: 'moto' | 'localstack';
   awsEnv: Record<string, string>;
   outputs: StackOutputs;
@@ -74,7 +88,9 @@ export interface LocalStack {
   moto: MotoServer | undefined;
   deploy: DeployResult | undefined;
   runtime: LocalRuntime | undefined;
-  captcha: CaptchaStandin;
+  captcha: Standin;
+  /** CaptchaAI's base URL as the functions use it: the stand-in's or the external server's. */
+  captchaaiUrl: string;
   /** The target-site stand-in (forms at /form/<record key>). */
   site: TargetStandin;
   apiKey: string;
@@ -89,6 +105,9 @@ export interface LocalStack {
   control: PipelineControl;
   stop(): Promise<void>;
 }
+
+/** A local stack with its own CaptchaAI stand-in or with an external server. */
+export type AnyLocalStack = LocalStack<CaptchaStandin | undefined>;
 
 /** The stack settings the local stack deploys with (stand-in URL and the time-scaled waits). */
 export function localSettings(o: {
@@ -135,10 +154,18 @@ export function localRuntimeOptions(o: {
   };
 }
 
-export async function startLocalStack(options: LocalStackOptions = {}): Promise<LocalStack> {
+export function startLocalStack(options?: LocalStackOptions & { captchaai?: undefined }): Promise<LocalStack>;
+export function startLocalStack(options: LocalStackOptions): Promise<AnyLocalStack>;
+export async function startLocalStack(options: LocalStackOptions = {}): Promise<AnyLocalStack> {
   const target =
     options.target ?? (process.env.THREADGATE_E2E_TARGET === 'localstack' ? 'localstack' : 'moto');
-  const threads = options.threads ?? 8;
+  const external = options.captchaai;
+  if (external && target === 'localstack') {
+    throw new ConfigError(
+      'captchaai',
+      "an external CaptchaAI server is not supported with the LocalStack target (LocalStack's containers reach only the stand-ins' fixed ports)",
+    );
+  }
   const reserve = options.reserve ?? 2;
   const timeScale = options.timeScale ?? 0.01;
   const logDir = options.logDir ?? newRunDir(join(REPO_ROOT, '.local-stack', 'runs'));
@@ -158,19 +185,34 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       phase(`checking LocalStack at ${lsConfig.awsEnv.AWS_ENDPOINT_URL}`);
       await checkLocalStack(lsConfig.awsEnv.AWS_ENDPOINT_URL ?? '');
     }
-    const apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
-    phase('starting the CaptchaAI stand-in');
-    const captcha = await startCaptchaStandin({
-      threads,
-      apiKey,
-      timeScale,
-      faults: options.faults,
-      port: lsConfig?.captchaPort ?? 0,
-      host: local ? '0.0.0.0' : '127.0.0.1',
-    });
-    cleanups.push(() => captcha.close());
+    let threads = options.threads ?? 8;
+    let captcha: CaptchaStandin | undefined;
+    let apiKey: string;
+    let captchaaiUrl: string;
+    if (external) {
+      phase(`asking ${external.url} for its plan (threadsinfo)`);
+      threads = options.threads ?? (await planThreadsOf(external));
+      apiKey = external.apiKey;
+      captchaaiUrl = external.url;
+    } else {
+      apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
+      phase('starting the CaptchaAI stand-in');
+      const standin = await startCaptchaStandin({
+        threads,
+        apiKey,
+        timeScale,
+        faults: options.faults,
+        port: lsConfig?.captchaPort ?? 0,
+        host: local ? '0.0.0.0' : '127.0.0.1',
+      });
+      cleanups.push(() => standin.close());
+      captcha = standin;
+      captchaaiUrl = standin.url;
+    }
     const targetSite = await startTargetStandin({
-      captchaUrl: captcha.url,
+      // Tokens are checked where they were issued; a remote service's tokens cannot be (and the
+      // target stand-in sends nothing off this machine), so its POSTs answer VERIFY_UNAVAILABLE.
+      captchaUrl: external && !external.loopback ? undefined : captchaaiUrl,
       pageDelayMs: (options.targetDelays?.pageMs ?? 0) * timeScale,
       postDelayMs: (options.targetDelays?.postMs ?? 0) * timeScale,
       port: lsConfig?.targetPort ?? 0,
@@ -216,7 +258,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
           threads,
           reserve,
           timeScale,
-          captchaaiUrl: captcha.url,
+          captchaaiUrl,
           extra: options.settings,
         }),
         logFile: join(logDir, 'deploy.log'),
@@ -259,6 +301,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       deploy,
       runtime,
       captcha,
+      captchaaiUrl,
       site,
       apiKey,
       threads,

@@ -30,8 +30,12 @@ export interface TargetStandinOptions {
   port?: number;
   /** Interface to listen on; default 127.0.0.1. */
   host?: string;
-  /** Base URL of the CaptchaAI stand-in, whose POST /verify checks tokens. */
-  captchaUrl: string;
+  /**
+   * Base URL of the CaptchaAI stand-in, whose POST /verify checks tokens. Without one (tokens
+   * of a service whose answers cannot be checked here) every POST with a token answers 502
+   * VERIFY_UNAVAILABLE.
+   */
+  captchaUrl: string | undefined;
   /** The widget's sitekey; default `threadgate-standin-sitekey`. */
   sitekey?: string;
   /** Fields a token is accepted from; default g-recaptcha-response, cf-turnstile-response. */
@@ -107,7 +111,7 @@ function escapeHtml(s: string): string {
 export async function startTargetStandin(options: TargetStandinOptions): Promise<TargetStandin> {
   const sitekey = options.sitekey ?? DEFAULT_STANDIN_SITEKEY;
   const tokenFields = options.tokenFields ?? ['g-recaptcha-response', 'cf-turnstile-response'];
-  const captchaUrl = options.captchaUrl.replace(/\/+$/, '');
+  const captchaUrl = options.captchaUrl?.replace(/\/+$/, '');
   /** session id → the page URL that session loaded last. */
   const sessions = new Map<string, string>();
   let stats = emptyStats();
@@ -201,6 +205,7 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       if (!token) return reject(res, 403, 'MISSING_TOKEN');
       tokens.push(token);
       let verdict: { success?: boolean; error?: string };
+      if (captchaUrl === undefined) return reject(res, 502, 'VERIFY_UNAVAILABLE');
       try {
         const answer = await fetch(`${captchaUrl}/verify`, {
           method: 'POST',

@@ -2,13 +2,14 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { REPO_ROOT } from '../../local/deploy.js';
-import type { LocalStack } from '../../local/local-stack.js';
+import type { AnyLocalStack } from '../../local/local-stack.js';
 import { CliError, EXIT } from '../exit-codes.js';
 
 /**
  * What a shell needs to use a `threadgate local --keep` stack: the AWS endpoint and stack for
- * the stack-backed commands, and CAPTCHAAI_URL, CAPTCHAAI_API_KEY and CAPTCHAAI_TIME_SCALE for
- * `solve` and `threads` against the stand-in. Written to a file only its owner can read (the
+ * the stack-backed commands, CAPTCHAAI_URL, CAPTCHAAI_API_KEY and CAPTCHAAI_TIME_SCALE for
+ * `solve` and `threads` against the stand-in, and the target stand-in's URL and sitekey for
+ * records (THREADGATE_LOCAL_TARGET_URL, THREADGATE_LOCAL_SITEKEY). Written to a file only its owner can read (the
  * key is the stand-in's, but a key is never shown on a terminal), removed when the stack stops;
  * `threadgate local env` prints it for `eval "$(npx threadgate local env)"`.
  */
@@ -16,19 +17,22 @@ export const KEEP_ENV_FILE = join(REPO_ROOT, '.local-stack', 'keep.env');
 
 const SECRET_NAMES = new Set(['CAPTCHAAI_API_KEY', 'AWS_SECRET_ACCESS_KEY']);
 
-export function keepEnvironment(stack: LocalStack): Record<string, string> {
+export function keepEnvironment(stack: AnyLocalStack): Record<string, string> {
   return {
     ...stack.awsEnv,
     THREADGATE_STACK: stack.stackName,
-    CAPTCHAAI_URL: stack.captcha.url,
+    CAPTCHAAI_URL: stack.captchaaiUrl,
     CAPTCHAAI_API_KEY: stack.apiKey,
     CAPTCHAAI_TIME_SCALE: String(stack.timeScale),
+    // Where records for this stack point (forms at <url>/form/<record key>), for recipes and scripts.
+    THREADGATE_LOCAL_TARGET_URL: stack.site.url,
+    THREADGATE_LOCAL_SITEKEY: stack.site.sitekey,
   };
 }
 
 const shellQuote = (v: string) => `'${v.replaceAll("'", `'\\''`)}'`;
 
-export function writeKeepEnv(stack: LocalStack, file = KEEP_ENV_FILE): void {
+export function writeKeepEnv(stack: AnyLocalStack, file = KEEP_ENV_FILE): void {
   const lines = Object.entries(keepEnvironment(stack)).map(([k, v]) => `export ${k}=${shellQuote(v)}`);
   writeFileSync(file, `# threadgate local --keep, pid ${process.pid}\n${lines.join('\n')}\n`, {
     mode: 0o600,

@@ -1,10 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { type LocalStack, startLocalStack } from '../../local/local-stack.js';
-import { generatedRecords, readRecordsFile, sampleRecords } from '../../local/local-stack-records.js';
+import { ConfigError } from '../../functions/shared/errors.js';
+import { type AnyLocalStack, startLocalStack } from '../../local/local-stack.js';
+import { type ExternalCaptchaai, externalCaptchaai } from '../../local/local-stack-captchaai.js';
+import {
+  generatedRecords,
+  type RecordMix,
+  readRecordsFile,
+  sampleRecords,
+} from '../../local/local-stack-records.js';
 import { type RunProgress, type RunSummary, runRecords } from '../../local/local-stack-run.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { parseMixOption } from './bench.js';
 import { KEEP_ENV_FILE, registerLocalEnv, removeKeepEnv, writeKeepEnv } from './local-env.js';
 
 interface LocalOptions {
@@ -16,6 +24,87 @@ interface LocalOptions {
   keep?: boolean;
   timeout: string;
   freshSynth?: boolean;
+  captchaaiUrl?: string;
+  allowRemoteCaptchaai?: boolean;
+  mix?: RecordMix;
+}
+
+/** What `threadgate local` runs, from its options and the environment, validated before anything starts. */
+interface LocalRun {
+  /** Plan threads of the stand-in; undefined with an external server (its threadsinfo says). */
+  threads: number | undefined;
+  reserve: number;
+  timeScale: number;
+  timeoutS: number;
+  fileRecords: string[] | undefined;
+  generated: number | undefined;
+  mix: RecordMix | undefined;
+  captchaai: ExternalCaptchaai | undefined;
+}
+
+function readLocalRun(
+  options: LocalOptions,
+  command: Command,
+  env: NodeJS.ProcessEnv = process.env,
+): LocalRun {
+  const given = (name: string) => command.getOptionValueSource(name) === 'cli';
+  let captchaai: ExternalCaptchaai | undefined;
+  if (options.captchaaiUrl !== undefined) {
+    try {
+      captchaai = externalCaptchaai(options.captchaaiUrl, env.CAPTCHAAI_API_KEY, {
+        allowRemote: options.allowRemoteCaptchaai,
+      });
+    } catch (err) {
+      if (err instanceof ConfigError) throw new CliError(err.message, EXIT.usage);
+      throw err;
+    }
+    if (given('threads'))
+      throw new CliError(
+        "--threads is the stand-in's plan; with --captchaai-url the server's threadsinfo gives it",
+        EXIT.usage,
+      );
+  } else if (options.allowRemoteCaptchaai) {
+    throw new CliError('--allow-remote-captchaai only goes with --captchaai-url', EXIT.usage);
+  }
+  // An external server answers in its own time: scale 1 unless told (another stand-in may run faster).
+  const timeScale = Number(captchaai && !given('timeScale') ? 1 : options.timeScale);
+  if (!Number.isFinite(timeScale) || timeScale <= 0 || timeScale > 10) {
+    throw new CliError(`--time-scale must be a number in (0, 10], got "${options.timeScale}"`, EXIT.usage);
+  }
+  if (captchaai && !captchaai.loopback && timeScale !== 1) {
+    throw new CliError(
+      '--time-scale must be 1 with a remote CaptchaAI server: shorter waits poll it faster than its request limits allow',
+      EXIT.usage,
+    );
+  }
+  let fileRecords: string[] | undefined;
+  let generated: number | undefined;
+  if (options.records !== undefined) {
+    if (/^\d+$/.test(options.records)) generated = positiveInt('records', options.records);
+    else if (existsSync(options.records)) fileRecords = readRecordsFile(options.records);
+    else throw new CliError(`--records: no such file "${options.records}" (or give a number)`, EXIT.usage);
+  }
+  if (options.mix && fileRecords)
+    throw new CliError(
+      '--mix chooses the types of generated records; a --records file has its own',
+      EXIT.usage,
+    );
+  if (captchaai && !captchaai.loopback && !fileRecords) {
+    throw new CliError(
+      "with a remote CaptchaAI server give --records FILE: generated records carry the target stand-in's made-up sitekey, which a real service cannot solve",
+      EXIT.usage,
+    );
+  }
+  return {
+    threads: captchaai ? undefined : positiveInt('threads', options.threads),
+    reserve: positiveInt('reserve', options.reserve, 0),
+    timeScale,
+    timeoutS: positiveInt('timeout', options.timeout),
+    fileRecords,
+    generated,
+    mix: options.mix,
+    captchaai,
+  };
 }
 
 function positiveInt(name: string, raw: string, min = 1): number {
@@ -54,8 +143,13 @@ export function summaryText(s: RunSummary): string {
     `outcomes       ${countsText(s.outcomes)}`,
     `dlq            ${s.dlq}${dlqReasons}`,
     `target refused ${countsText(s.target_rejections)} (form POSTs the target stand-in answered 4xx/5xx)`,
-    `captcha submits ${s.captcha_submits} (in.php, counted by the stand-in)`,
-    `max in flight  ${s.max_in_flight} (stand-in) with cap ${s.cap} of ${s.plan_threads} plan threads; ZERO_BALANCE answers ${s.zero_balance}`,
+    s.captcha_submits === null
+      ? 'captcha submits not counted (an external CaptchaAI server)'
+      : `captcha submits ${s.captcha_submits} (in.php, counted by the stand-in)`,
+    s.max_in_flight_source === 'standin'
+      ? `max in flight  ${s.max_in_flight} (stand-in) with cap ${s.cap} of ${s.plan_threads} plan threads; ZERO_BALANCE answers ${s.zero_balance}`
+      : `max in flight  ${s.max_in_flight} (worker invocations) with cap ${s.cap} of ${s.plan_threads} plan threads`,
+    efficiencyText(s.efficiency),
     `worker runs    ${s.invocations}`,
     `elapsed        ${s.elapsed_s} s (deploy ${s.deploy_s ?? '-'} s before that)`,
     `logs           ${s.log_dir}`,
@@ -67,13 +161,25 @@ export function summaryText(s: RunSummary): string {
   return lines.join('\n');
 }
 
-function keepText(stack: LocalStack): string {
+function efficiencyText(e: RunSummary['efficiency']): string {
+  if (!e) return 'efficiency     not measured (the worker log is not on this machine)';
+  if (e.value === null) return 'efficiency     - (no record reached a solve)';
+  const from =
+    e.source === 'standin'
+      ? "the stand-in's busy thread time"
+      : "the worker's own solve times, submit to answer, incl. the wait for the next poll";
+  return `efficiency     ${e.value.toFixed(3)} of ${e.plan_threads} plan threads over ${e.window_s} s, first submit to last answer (${from}; ${e.solves} solves)`;
+}
+
+function keepText(stack: AnyLocalStack): string {
   return [
     'The local stack keeps running. In another shell:',
     '  eval "$(npx threadgate local env)"   # AWS endpoint, stack, CAPTCHAAI_URL/_API_KEY/_TIME_SCALE',
     '  npx threadgate status        # then enqueue, outcomes, pause, resume, redrive, solve, threads …',
     `(the exports are in ${KEEP_ENV_FILE}, mode 0600, while this runs)`,
-    `CaptchaAI stand-in: ${stack.captcha.url} (control: POST ${stack.captcha.url}/control, e.g. {"threads":4})`,
+    stack.captcha
+      ? `CaptchaAI stand-in: ${stack.captcha.url} (control: POST ${stack.captcha.url}/control, e.g. {"threads":4})`
+      : `CaptchaAI server: ${stack.captchaaiUrl} (--captchaai-url; key from CAPTCHAAI_API_KEY)`,
     `Target site stand-in: ${stack.site.url}/form/<record key> (sitekey ${stack.site.sitekey})`,
     `Queue: ${stack.outputs.QueueUrl}`,
     `Logs: ${stack.logDir}`,
@@ -113,12 +219,29 @@ export function registerLocal(program: Command): void {
       '--records <FILE|N>',
       'a JSONL file whose lines are sent verbatim, or a number of generated records (default: a sample mix incl. a few bad records)',
     )
-    .option('--threads <n>', 'plan threads of the CaptchaAI stand-in', '8')
+    .option(
+      '--threads <n>',
+      "plan threads of the CaptchaAI stand-in (with --captchaai-url: the server's threadsinfo)",
+      '8',
+    )
     .option('--reserve <n>', 'plan threads kept free; the cap is threads − reserve', '2')
     .option(
       '--time-scale <x>',
-      'multiplies CaptchaAI latencies, client waits and the one-minute adjuster rule',
+      'multiplies CaptchaAI latencies, client waits and the one-minute adjuster rule (default 0.01; 1 with --captchaai-url)',
       '0.01',
+    )
+    .option(
+      '--mix <TYPE=WEIGHT,…>',
+      'CAPTCHA types of the generated records by weight, as in `threadgate bench`, e.g. turnstile=1,recaptcha_v3=2 (default: every type in turn)',
+      parseMixOption,
+    )
+    .option(
+      '--captchaai-url <URL>',
+      'use this CaptchaAI-compatible server instead of the stand-in (key from CAPTCHAAI_API_KEY); loopback hosts only unless --allow-remote-captchaai',
+    )
+    .option(
+      '--allow-remote-captchaai',
+      'let --captchaai-url name a host that is not loopback (e.g. https://ocr.captchaai.com): the key and the tasks go there',
     )
     .option('--json', 'print one JSON summary object on stdout')
     .option(
@@ -135,35 +258,31 @@ Examples:
   npx threadgate local --records 500 --threads 20 --reserve 4
   npx threadgate local --records jobs.jsonl --json
   npx threadgate local --keep                    # then use the other commands against it
+  npx threadgate local --records 200 --mix turnstile=1,recaptcha_v2=3
+  npx threadgate standin --port 8089 --threads 5 --key "$KEY" --time-scale 0.05 &
+  CAPTCHAAI_API_KEY="$KEY" npx threadgate local --captchaai-url http://127.0.0.1:8089 --time-scale 0.05 --records 100
+
+With --captchaai-url the stack uses that server instead of starting its stand-in: the plan's
+threads come from its threadsinfo, the time scale defaults to 1 (match a faster stand-in with
+--time-scale), and the summary's efficiency comes from the worker's own solve times. A host
+that is not loopback is refused unless --allow-remote-captchaai is given; then --time-scale
+must be 1 and the records must come from --records FILE (forms on loopback: the local
+allowlist is 127.0.0.1 and localhost).
 
 Exit codes: 0 every record has an outcome or a DLQ entry; 3 the pipeline paused (stop-class
 CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no Docker.`,
     )
-    .action(async (options: LocalOptions) => {
-      const threads = positiveInt('threads', options.threads);
-      const reserve = positiveInt('reserve', options.reserve, 0);
-      const timeScale = Number(options.timeScale);
-      if (!Number.isFinite(timeScale) || timeScale <= 0 || timeScale > 10) {
-        throw new CliError(
-          `--time-scale must be a number in (0, 10], got "${options.timeScale}"`,
-          EXIT.usage,
-        );
-      }
-      const timeoutS = positiveInt('timeout', options.timeout);
-      let fileRecords: string[] | undefined;
-      let generated: number | undefined;
-      if (options.records !== undefined) {
-        if (/^\d+$/.test(options.records)) generated = positiveInt('records', options.records);
-        else if (existsSync(options.records)) fileRecords = readRecordsFile(options.records);
-        else
-          throw new CliError(`--records: no such file "${options.records}" (or give a number)`, EXIT.usage);
-      }
+    .action(async (options: LocalOptions, command: Command) => {
+      const { threads, reserve, timeScale, timeoutS, fileRecords, generated, mix, captchaai } = readLocalRun(
+        options,
+        command,
+      );
 
       const err = process.stderr;
       const tty = err.isTTY === true;
       const say = (line: string) => err.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
       const aborter = new AbortController();
-      let stack: LocalStack | undefined;
+      let stack: AnyLocalStack | undefined;
       let stopping: Promise<void> | undefined;
       const stop = () => {
         stopping ??= (async () => {
@@ -188,6 +307,7 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
           threads,
           reserve,
           timeScale,
+          captchaai,
           freshSynth: options.freshSynth,
           onPhase: (m) => say(`… ${m}`),
         });
@@ -202,10 +322,10 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
         const bodies =
           fileRecords ??
           (generated !== undefined
-            ? generatedRecords(stack.site.url, stack.site.sitekey, generated, prefix)
-            : sampleRecords(stack.site.url, stack.site.sitekey, prefix));
+            ? generatedRecords(stack.site.url, stack.site.sitekey, generated, prefix, mix)
+            : sampleRecords(stack.site.url, stack.site.sitekey, prefix, undefined, mix));
         say(
-          `enqueuing ${bodies.length} records (cap ${Math.max(0, threads - reserve)}, plan ${threads} threads)`,
+          `enqueuing ${bodies.length} records (cap ${Math.max(0, stack.threads - reserve)}, plan ${stack.threads} threads)`,
         );
         let lastPlain = 0;
         const summary = await runRecords(stack, bodies, {
