@@ -227,7 +227,7 @@ export function registerLocal(program: Command): void {
     .option('--reserve <n>', 'plan threads kept free; the cap is threads − reserve', '2')
     .option(
       '--time-scale <x>',
-      'multiplies CaptchaAI latencies, client waits and the one-minute adjuster rule (default 0.01; 1 with --captchaai-url)',
+      'multiplies CaptchaAI latencies, client waits and the one-minute adjuster rule (1 with --captchaai-url)',
       '0.01',
     )
     .option(
