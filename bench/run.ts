@@ -395,7 +395,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
 export { formatReport };
 
 /** RSS of a bare Node process of this machine's Node (what every Lambda environment starts from). */
-function bareNodeRssBytes(): number {
+export function bareNodeRssBytes(): number {
   try {
     return Number(
       execFileSync(process.execPath, ['-e', 'process.stdout.write(String(process.memoryUsage().rss))'], {

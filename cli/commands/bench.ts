@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
 import { parseMix, type RecordMix } from '../../local/local-stack-records.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { runInterruptible } from '../interrupt.js';
 import { parseCount, parsePositive } from './solve.js';
 
 interface BenchCommandOptions {
@@ -26,13 +27,13 @@ export function parseMixOption(raw: string): RecordMix {
   }
 }
 
-function parseAtLeastOne(raw: string): number {
+export function parseAtLeastOne(raw: string): number {
   const n = parseCount(raw);
   if (n < 1) throw new InvalidArgumentError('must be an integer >= 1');
   return n;
 }
 
-function parseScale(raw: string): number {
+export function parseScale(raw: string): number {
   const n = parsePositive(raw);
   if (n > 1) throw new InvalidArgumentError('must be within (0, 1]');
   return n;
@@ -93,18 +94,8 @@ Examples:
       if (opts.reserve >= opts.threads) {
         throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
       }
-      // First Ctrl-C: stop the run and the local stack cleanly; a second one exits at once.
-      const controller = new AbortController();
-      const onSignal = () => {
-        if (controller.signal.aborted) process.exit(130);
-        process.stderr.write('bench: interrupted; stopping the local stack (Ctrl-C again to exit now)\n');
-        controller.abort();
-      };
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      let report: Awaited<ReturnType<typeof runBench>>;
-      try {
-        report = await runBench({
+      const report = await runInterruptible('bench', (signal) =>
+        runBench({
           threads: opts.threads,
           reserve: opts.reserve,
           records: opts.records,
@@ -115,15 +106,9 @@ Examples:
           baseline: opts.baseline,
           mix: opts.mix,
           log: (line) => process.stderr.write(`${line}\n`),
-          signal: controller.signal,
-        });
-      } catch (err) {
-        if (controller.signal.aborted) throw new CliError('interrupted', 130);
-        throw err;
-      } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-      }
+          signal,
+        }),
+      );
       process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
       const broken = report.max_in_flight > report.cap || report.zero_balance > 0 || !report.complete;
       process.exitCode = broken ? EXIT.failure : EXIT.ok;

@@ -21,6 +21,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   redrive: async () => (await import('./redrive.js')).registerRedrive,
   secret: async () => (await import('./secret.js')).registerSecret,
   bench: async () => (await import('./bench.js')).registerBench,
+  load: async () => (await import('./load.js')).registerLoad,
   local: async () => (await import('./local.js')).registerLocal,
 };
 
