@@ -61,8 +61,8 @@ export function registerLoad(program: Command): void {
     .addHelpText(
       'after',
       `
-The default run (5,000 records, cap 50, 4 producers, 5 % duplicates, time scale 0.1) takes
-about 15 minutes on a 2-core machine and needs several GB of memory (one worker thread per
+The default run (5,000 records, cap 50, 4 producers, 5 % duplicates, time scale 0.1) took
+23 minutes on the project's 2-core machine and needs several GB of memory (one worker thread per
 environment). Exit code 1 when an invariant fails or the run does not finish.
 
 Examples:
