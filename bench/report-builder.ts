@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
 import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
 import type { RunSummary } from '../local/local-stack-run.js';
-import type { EnvironmentMemory } from '../local/runtime/types.js';
+import { type EnvironmentMemory, environmentPeakBytes } from '../local/runtime/types.js';
 import type { BaselineResult } from './baseline.js';
 import {
   AWS_PRICES,
@@ -193,9 +193,7 @@ export function buildReport(i: BuildInput): BenchReport {
   const envs = i.memory.environments;
   const worst = (f: (e: EnvironmentMemory) => number) =>
     envs.length ? Math.max(...envs.map(f)) / MB : Number.NaN;
-  // One Lambda environment is one Node process: a bare process's RSS plus this environment's
-  // heap and off-heap (external) memory at their peaks.
-  const envPeakMb = worst((e) => e.peakHeapTotal + e.peakExternal) + i.bareNodeRss / MB;
+  const envPeakMb = worst(environmentPeakBytes) + i.bareNodeRss / MB;
   const memoryNeededMb = Number.isFinite(envPeakMb) ? lambdaMemoryFor(envPeakMb) : Number.NaN;
 
   // AWS requests per solve. SQS: the producer's SendMessageBatch calls, one ReceiveMessage and

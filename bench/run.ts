@@ -11,7 +11,7 @@ import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/s
 import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
 import { REPO_ROOT } from '../local/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/local-stack.js';
-import { queueDepth } from '../local/local-stack-observation.js';
+import { queueDepth, untilPollerLimit, workerMapping } from '../local/local-stack-observation.js';
 import { expectedOutcomes, generatedRecords, type RecordMix } from '../local/local-stack-records.js';
 import {
   everyRecordFinished,
@@ -139,11 +139,8 @@ class EmulatorProbe {
   }
 }
 
-function workerMapping(stack: LocalStack) {
-  return stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
-}
-
-function stamp(d: Date): string {
+/** A UTC time for file and batch names: 20261201-135512. */
+export function stamp(d: Date): string {
   return d.toISOString().slice(0, 19).replace(/[-:]/g, '').replace('T', '-');
 }
 
@@ -185,8 +182,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
   };
   try {
     checkAborted();
-    // The cap the poller runs at comes from the deployed configuration; wait until it is read.
-    for (let i = 0; i < 100 && (workerMapping(stack)?.limit ?? 0) !== cap; i++) await sleep(100);
+    await untilPollerLimit(stack, cap);
     const memoryMb =
       (
         await stack.lambda.send(

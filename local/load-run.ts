@@ -1,14 +1,15 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { bareNodeRssBytes } from '../bench/run.js';
+import { bareNodeRssBytes, stamp } from '../bench/run.js';
 import { isFinalStatus } from '../functions/shared/outcomes-store.js';
 import { clientConfig } from './deploy.js';
 import { type LoadSummary, planLoad } from './load-plan.js';
-import { type LocalStack, startLocalStack } from './local-stack.js';
-import { queueDepth, readOutcomes } from './local-stack-observation.js';
+import { startLocalStack } from './local-stack.js';
+import { queueDepth, readOutcomes, untilPollerLimit } from './local-stack-observation.js';
 import { expectedOutcomes, generatedRecords } from './local-stack-records.js';
 import { everyRecordFinished, feedQueue, progressOf } from './local-stack-run.js';
+import { environmentPeakBytes } from './runtime/types.js';
 
 /**
  * `threadgate load` (`npm run load`): many records through the local stack (moto + the
@@ -53,10 +54,6 @@ export const LOAD_DEFAULTS = {
 const MB = 1048576;
 const round1 = (n: number) => Math.round(n * 10) / 10;
 
-function workerMapping(stack: LocalStack) {
-  return stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
-}
-
 export async function runLoad(options: LoadOptions = {}): Promise<LoadSummary> {
   const records = options.records ?? LOAD_DEFAULTS.records;
   const cap = options.cap ?? LOAD_DEFAULTS.cap;
@@ -87,14 +84,12 @@ export async function runLoad(options: LoadOptions = {}): Promise<LoadSummary> {
   });
   try {
     checkAborted();
-    // The poller's concurrency comes from the deployed configuration; wait until it is read.
-    for (let i = 0; i < 100 && (workerMapping(stack)?.limit ?? 0) !== cap; i++) await sleep(100);
+    await untilPollerLimit(stack, cap);
     const conf = await stack.lambda.send(
       new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
     );
     const functionMemoryMb = conf.MemorySize ?? 128;
-    const stamp = new Date().toISOString().slice(0, 19).replace(/[-:]/g, '').replace('T', '-');
-    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, records, `load-${stamp}`);
+    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, records, `load-${stamp(new Date())}`);
     const plan = planLoad(bodies, producers, duplicateRate);
     const expected = expectedOutcomes(bodies);
 
@@ -187,7 +182,7 @@ export async function runLoad(options: LoadOptions = {}): Promise<LoadSummary> {
       processPeakRss: 0,
     };
     const bareRss = bareNodeRssBytes();
-    const envPeak = Math.max(0, ...memory.environments.map((e) => e.peakHeapTotal + e.peakExternal));
+    const envPeak = Math.max(0, ...memory.environments.map(environmentPeakBytes));
     const processPeak = Math.max(peakRss, memory.processPeakRss);
     const envCount = memory.environments.length;
     return {

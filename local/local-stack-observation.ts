@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import {
   GetQueueAttributesCommand,
   type MessageAttributeValue,
@@ -8,6 +9,16 @@ import { readCap } from '../functions/shared/cap-policy.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
+
+/** The local runtime's figures for the worker's event source mapping (undefined without a runtime). */
+export function workerMapping(stack: LocalStack) {
+  return stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
+}
+
+/** The poller's concurrency comes from the deployed configuration: waits (up to 10 s) until it is `limit`. */
+export async function untilPollerLimit(stack: LocalStack, limit: number): Promise<void> {
+  for (let i = 0; i < 100 && (workerMapping(stack)?.limit ?? 0) !== limit; i++) await sleep(100);
+}
 
 export interface OutcomeRow {
   record_key: string;

@@ -8,11 +8,14 @@ const WAIT_SECONDS = 10;
 /** The launcher checks a mapping every 50 ms; an answer this recent (or a wait in progress) is current. */
 const CURRENT_MS = 100;
 
-/** The mapping's settings that a poller's limit rests on, and its function's reserved concurrency. */
-export type WatchedMapping = Pick<
+/** The mapping's settings that a poller's limit rests on. */
+export type MappingSettings = Pick<
   EventSourceMappingConfiguration,
   'State' | 'BatchSize' | 'ScalingConfig' | 'FunctionResponseTypes'
-> & { ReservedConcurrentExecutions: number | null };
+>;
+
+/** The mapping's settings and its function's reserved concurrency, as the wake wait reports them. */
+export type WatchedMapping = MappingSettings & { ReservedConcurrentExecutions: number | null };
 
 interface WakeAnswer {
   mapping: WatchedMapping | null;

@@ -10,7 +10,7 @@ import {
 import { capInForce } from '../../functions/shared/cap-policy.js';
 import type { LocalRuntime } from '../runtime.js';
 import type { FunctionHost } from './function-host.js';
-import { QueueWatch } from './queue-watch.js';
+import { type MappingSettings, QueueWatch } from './queue-watch.js';
 import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
 import { errorMessage, type InvokeResult, type MappingStats, mappingPolls } from './types.js';
 
@@ -107,12 +107,7 @@ export class SqsPoller {
     return this.watch?.isCurrent === true;
   }
 
-  private applyMapping(
-    m: Pick<
-      EventSourceMappingConfiguration,
-      'State' | 'BatchSize' | 'ScalingConfig' | 'FunctionResponseTypes'
-    >,
-  ): void {
+  private applyMapping(m: MappingSettings): void {
     const enabled = mappingPolls(m.State);
     const batchSize = Math.max(1, Math.min(m.BatchSize ?? 10, 10));
     const maximum = m.ScalingConfig?.MaximumConcurrency;

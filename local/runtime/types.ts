@@ -75,6 +75,15 @@ export interface EnvironmentMemory {
   peakExternal: number;
 }
 
+/**
+ * What one environment held at its peak beyond a bare Node process: its V8 heap and off-heap
+ * (external) memory. A Lambda environment is one Node process, so its size is this plus a bare
+ * process's RSS.
+ */
+export function environmentPeakBytes(e: EnvironmentMemory): number {
+  return e.peakHeapTotal + e.peakExternal;
+}
+
 /** What an environment reports after an invocation (bytes; rss is the whole process's). */
 export interface MemorySample {
   heapUsed: number;
