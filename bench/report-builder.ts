@@ -49,6 +49,7 @@ export interface BuildInput {
   cap: number;
   records: number;
   timeScale: number;
+  seed: number;
   maxQueued: number;
   mix: Record<string, number>;
   memoryMb: number;
@@ -267,6 +268,7 @@ export function buildReport(i: BuildInput): BenchReport {
       cap: i.cap,
       records: i.records,
       time_scale: s,
+      seed: i.seed,
       max_queued: i.maxQueued,
       mix: i.mix,
       worker_memory_mb: i.memoryMb,

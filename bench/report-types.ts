@@ -16,6 +16,8 @@ export interface BenchReport {
     cap: number;
     records: number;
     time_scale: number;
+    /** Seed of the stand-in's solve latencies (the same seed, the same sample). */
+    seed: number;
     max_queued: number;
     mix: Record<string, number>;
     worker_memory_mb: number;

@@ -16,16 +16,23 @@ export async function feedQueue(
   stack: Pick<LocalStack, 'sqs'>,
   queueUrl: string,
   bodies: string[],
-  options: { maxQueued?: number; signal?: AbortSignal; onSent?: (sent: number) => void } = {},
+  options: {
+    maxQueued?: number;
+    /** How often a full queue's depth is read again, ms. @default 200 */
+    pollMs?: number;
+    signal?: AbortSignal;
+    onSent?: (sent: number) => void;
+  } = {},
 ): Promise<void> {
   const maxQueued = options.maxQueued ?? 50;
+  const pollMs = options.pollMs ?? 200;
   let sent = 0;
   while (sent < bodies.length) {
     if (options.signal?.aborted) return;
     const depth = await queueDepth(stack, queueUrl);
     const room = Math.max(0, maxQueued - depth.visible);
     if (room === 0) {
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await new Promise((resolve) => setTimeout(resolve, pollMs));
       continue;
     }
     const end = Math.min(bodies.length, sent + room);

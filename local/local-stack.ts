@@ -57,6 +57,8 @@ export interface LocalStackOptions {
   timeScale?: number;
   /** Stand-in faults from the start. */
   faults?: Partial<FaultRates>;
+  /** The stand-in's random source for solve latencies and faults (a seeded one makes a run repeatable). @default Math.random */
+  random?: () => number;
   /** The target stand-in's page-load and POST delays at time scale 1 (scaled like CaptchaAI's waits). @default 0 */
   targetDelays?: { pageMs?: number; postMs?: number };
   /** Extra infra/config.ts settings (they join the synth cache key). */
@@ -202,6 +204,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         apiKey,
         timeScale,
         faults: options.faults,
+        ...(options.random ? { random: options.random } : {}),
         port: lsConfig?.captchaPort ?? 0,
         host: local ? '0.0.0.0' : '127.0.0.1',
       });

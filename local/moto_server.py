@@ -24,6 +24,7 @@ stdin closes or the process is signalled.
 import argparse
 import functools
 import json
+import logging
 import os
 import signal
 import sys
@@ -32,11 +33,16 @@ import time
 from urllib.parse import parse_qs
 
 try:
+    import moto.backends as moto_backends
     from moto.awslambda.models import lambda_backends
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table as DynamoDBTable
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from moto.moto_server.werkzeug_app import (
+        DEFAULT_SERVICE_REGION,
+        DomainDispatcherApplication,
+        create_backend_app,
+    )
     from moto.sqs import models as sqs_models
     from werkzeug.serving import make_server
 except ImportError as exc:  # pragma: no cover - depends on the machine
@@ -120,6 +126,66 @@ def _locked_receive(self, queue_name, count, wait_seconds_timeout, visibility_ti
 
 
 sqs_models.SQSBackend.receive_message = _locked_receive
+
+# Routing. moto's dispatcher picks each request's backend under one lock shared by every request,
+# and inside it lists moto's package directory on disk (an isdir call per entry) and then tries
+# the URL patterns of every backend. threadgate sends everything to one host, so each call to the
+# emulator waited there for every other: profiling a benchmark at time scale 0.2 found about two
+# fifths of the server's request-handling samples in that routing, most of them waiting for the
+# lock. The directory listing is fixed for the process and a host's backend does not change, so
+# both are computed once; the lock now guards only the one-time creation of a backend's app.
+_moto_modules = frozenset(moto_backends.list_of_moto_modules())
+moto_backends.list_of_moto_modules = lambda: _moto_modules
+_backend_of_host = {}
+_backend_for_host = DomainDispatcherApplication.get_backend_for_host
+
+
+def _cached_backend_for_host(self, host):
+    if host not in _backend_of_host:
+        _backend_of_host[host] = _backend_for_host(self, host)
+    return _backend_of_host[host]
+
+
+def _get_application(self, environ):
+    """moto's get_application, with the backend found outside the lock (see above)."""
+    path_info = environ.get("PATH_INFO", "")
+    if isinstance(path_info, bytes):
+        path_info = path_info.decode("utf-8")
+    if path_info.startswith("/moto-api") or path_info == "/favicon.ico":
+        host = "moto_api"
+    elif path_info.startswith("/latest/meta-data/") or path_info.startswith("/latest/api/"):
+        host = "instance_metadata"
+    else:
+        host = None
+    backend = self.get_backend_for_host(host)
+    if not backend:
+        host = self.infer_service_region_host(environ, path_info)
+        if host is None:
+            service, region = DEFAULT_SERVICE_REGION
+            host = f"{service}.{region}.amazonaws.com"
+        backend = self.get_backend_for_host(host)
+    app = self.app_instances.get(backend)
+    if app is None:
+        with self.lock:
+            app = self.app_instances.get(backend)
+            if app is None:
+                app = self.create_app(backend)
+                self.app_instances[backend] = app
+    return app
+
+
+DomainDispatcherApplication.get_backend_for_host = _cached_backend_for_host
+DomainDispatcherApplication.get_application = _get_application
+
+# Many server threads share one GIL: with Python's default 5 ms switch interval a short request
+# that wakes while another thread computes waits up to 5 ms each time it needs the GIL back
+# (after every socket read and write). A shorter interval trades a little throughput for much
+# shorter waits, which is what the functions' serial calls feel.
+sys.setswitchinterval(0.001)
+
+# werkzeug logs every request to stderr, coloured, under a lock: a few per cent of the server's
+# time, and nobody reads it (local/moto.ts keeps only the tail, for errors, which still appear).
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 # The local runtime's wake-up (local/runtime/queue-watch.ts). Lambda's pollers long-poll, so a
 # message sent to an empty queue is picked up at once; a long ReceiveMessage here would take a

@@ -633,6 +633,8 @@ describe('local runtime', () => {
       }),
     );
     await waitFor('the update', () => recorder.calls.flatMap((c) => c.event.Records ?? []).length >= 4);
+    // The function sees a batch before the poller counts it delivered (that happens once it returns).
+    await waitFor('the poller to count the update', () => (runtime?.stats().streams[0]?.delivered ?? 0) >= 4);
     // Assess
     const records = recorder.calls.flatMap((c) => c.event.Records ?? []) as {
       eventName: string;

@@ -16,6 +16,7 @@ interface BenchCommandOptions {
   baseline: boolean;
   json?: boolean;
   mix?: RecordMix;
+  seed: number;
 }
 
 /** `--mix TYPE=WEIGHT,…` (shared with `threadgate local`). */
@@ -77,6 +78,12 @@ export function registerBench(program: Command): void {
       `CAPTCHA types of the records by weight, e.g. recaptcha_v2=1 (default: every type in turn)`,
       parseMixOption,
     )
+    .option(
+      '--seed <n>',
+      "seed of the stand-in's solve latencies: the same seed solves the same sample, so runs compare",
+      parseCount,
+      BENCH_DEFAULTS.seed,
+    )
     .option('--no-baseline', 'skip the uncapped baseline')
     .option('--json', 'print the JSON report instead of the table')
     .addHelpText(
@@ -105,6 +112,7 @@ Examples:
           name: opts.name,
           baseline: opts.baseline,
           mix: opts.mix,
+          seed: opts.seed,
           log: (line) => process.stderr.write(`${line}\n`),
           signal,
         }),
