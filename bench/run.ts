@@ -254,7 +254,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       });
     }, sampleMs);
     const probe = new EmulatorProbe(stack, runT0);
-    probe.start();
+    probe.start(2000);
     let sendCalls = 0;
     let lastSent = 0;
     let feedError: unknown;

@@ -313,7 +313,14 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
     const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
     stack.captcha.resetStats();
     await feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 60 });
-    await waitFor('a dozen outcomes', async () => (await finalCount(stack, keys)) >= 12);
+    // Mid-run: a dozen tasks submitted and one at CaptchaAI now, whose next poll meets the revoked
+    // key. Read from the stand-in's own counters, at once: a run of 40 records can end between
+    // two reads of the outcome table.
+    await waitFor(
+      'a dozen submits and a task in flight',
+      () => stack.captcha.stats().submits >= 12 && stack.captcha.stats().inFlight > 0,
+      { intervalMs: 5 },
+    );
 
     // Act 1: the key is revoked mid-run.
     const submitsBefore = stack.captcha.stats().submits;
