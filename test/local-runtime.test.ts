@@ -30,6 +30,7 @@ import {
 } from '@aws-sdk/client-secrets-manager';
 import {
   CreateQueueCommand,
+  DeleteMessageCommand,
   GetQueueAttributesCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
@@ -337,6 +338,58 @@ describe('local runtime', () => {
     expect(new Set(taken).size).toBe(30);
     expect(late.Messages?.map((m) => m.Body)).toEqual(['late']);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('the moto launcher keeps every delete and every send when deletes and sends run at once', async () => {
+    // Prepare: 100 messages received (invisible for 5 minutes), each waiting for its delete
+    const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `deletes-${++counter}` }));
+    for (let i = 0; i < 100; i += 10) {
+      await sqs.send(
+        new SendMessageBatchCommand({
+          QueueUrl,
+          Entries: Array.from({ length: 10 }, (_, j) => ({ Id: String(j), MessageBody: `old${i + j}` })),
+        }),
+      );
+    }
+    const handles: string[] = [];
+    while (handles.length < 100) {
+      const out = await sqs.send(
+        new ReceiveMessageCommand({ QueueUrl, MaxNumberOfMessages: 10, VisibilityTimeout: 300 }),
+      );
+      for (const m of out.Messages ?? []) handles.push(m.ReceiptHandle ?? '');
+    }
+
+    // Act: the 100 deletes and 100 new sends, all at once, through several connections
+    const clients = Array.from(
+      { length: 8 },
+      () =>
+        new SQSClient({
+          endpoint: moto.endpoint,
+          region: 'us-east-1',
+          credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+        }),
+    );
+    await Promise.all([
+      ...handles.map((ReceiptHandle, i) =>
+        clients[i % clients.length]!.send(new DeleteMessageCommand({ QueueUrl, ReceiptHandle })),
+      ),
+      ...Array.from({ length: 100 }, (_, i) =>
+        clients[(i + 3) % clients.length]!.send(new SendMessageCommand({ QueueUrl, MessageBody: `new${i}` })),
+      ),
+    ]);
+    for (const c of clients) c.destroy();
+
+    // Assess: no deleted message is back (waiting for its visibility timeout), no new one lost
+    const attrs = await sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+      }),
+    );
+    expect(attrs.Attributes).toMatchObject({
+      ApproximateNumberOfMessages: '100',
+      ApproximateNumberOfMessagesNotVisible: '0',
+    });
   });
 
   it("the launcher's wake wait returns for a message sent to an empty queue and for a disable, and receives nothing", async () => {
