@@ -94,10 +94,12 @@ sqs_models.Queue.physical_resource_id = property(_queue_url)
 _dynamodb_write_lock = threading.RLock()
 
 
-def _serialized(method):
+def _under(lock, method):
+    """`method`, run while holding `lock`."""
+
     @functools.wraps(method)
     def wrapper(*args, **kwargs):
-        with _dynamodb_write_lock:
+        with lock:
             return method(*args, **kwargs)
 
     return wrapper
@@ -105,7 +107,7 @@ def _serialized(method):
 
 for _name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
     if hasattr(DynamoDBBackend, _name):
-        setattr(DynamoDBBackend, _name, _serialized(getattr(DynamoDBBackend, _name)))
+        setattr(DynamoDBBackend, _name, _under(_dynamodb_write_lock, getattr(DynamoDBBackend, _name)))
 
 # moto's SQS changes a queue's message list without a lock too. Two concurrent receives were
 # handed the same message; a delete rebuilds the list and assigns it back, so a delete running
@@ -131,20 +133,11 @@ def _locked_receive(self, queue_name, count, wait_seconds_timeout, visibility_ti
         self.get_queue(queue_name).wait_for_messages(min(left, 1.0))
 
 
-def _under_queue_lock(method):
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        with _sqs_queue_lock:
-            return method(*args, **kwargs)
-
-    return wrapper
-
-
 sqs_models.SQSBackend.receive_message = _locked_receive
-sqs_models.Queue.add_message = _under_queue_lock(sqs_models.Queue.add_message)
-sqs_models.Queue.delete_message = _under_queue_lock(sqs_models.Queue.delete_message)
+sqs_models.Queue.add_message = _under(_sqs_queue_lock, sqs_models.Queue.add_message)
+sqs_models.Queue.delete_message = _under(_sqs_queue_lock, sqs_models.Queue.delete_message)
 for _name in ("change_message_visibility", "purge_queue"):
-    setattr(sqs_models.SQSBackend, _name, _under_queue_lock(getattr(sqs_models.SQSBackend, _name)))
+    setattr(sqs_models.SQSBackend, _name, _under(_sqs_queue_lock, getattr(sqs_models.SQSBackend, _name)))
 
 # Routing. moto's dispatcher picks each request's backend under one lock shared by every request,
 # and inside it lists moto's package directory on disk (an isdir call per entry) and then tries

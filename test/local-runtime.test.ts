@@ -303,17 +303,25 @@ describe('local runtime', () => {
     });
   }
 
-  it('the moto launcher hands each message to one of 12 concurrent receives, and a waiting long poll wakes for a new message', async () => {
-    // Prepare
-    const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `receives-${++counter}` }));
-    for (let i = 0; i < 30; i += 10) {
+  /** `count` (a multiple of 10) messages `<prefix><n>`, ten per SendMessageBatch. */
+  async function sendInBatches(QueueUrl: string | undefined, count: number, prefix: string): Promise<void> {
+    for (let i = 0; i < count; i += 10) {
       await sqs.send(
         new SendMessageBatchCommand({
           QueueUrl,
-          Entries: Array.from({ length: 10 }, (_, j) => ({ Id: String(j), MessageBody: `m${i + j}` })),
+          Entries: Array.from({ length: 10 }, (_, j) => ({
+            Id: String(j),
+            MessageBody: `${prefix}${i + j}`,
+          })),
         }),
       );
     }
+  }
+
+  it('the moto launcher hands each message to one of 12 concurrent receives, and a waiting long poll wakes for a new message', async () => {
+    // Prepare
+    const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `receives-${++counter}` }));
+    await sendInBatches(QueueUrl, 30, 'm');
 
     // Act: 12 receivers at once, each taking what it can in a few rounds
     const taken: string[] = [];
@@ -343,14 +351,7 @@ describe('local runtime', () => {
   it('the moto launcher keeps every delete and every send when deletes and sends run at once', async () => {
     // Prepare: 100 messages received (invisible for 5 minutes), each waiting for its delete
     const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: `deletes-${++counter}` }));
-    for (let i = 0; i < 100; i += 10) {
-      await sqs.send(
-        new SendMessageBatchCommand({
-          QueueUrl,
-          Entries: Array.from({ length: 10 }, (_, j) => ({ Id: String(j), MessageBody: `old${i + j}` })),
-        }),
-      );
-    }
+    await sendInBatches(QueueUrl, 100, 'old');
     const handles: string[] = [];
     while (handles.length < 100) {
       const out = await sqs.send(
