@@ -1,12 +1,12 @@
-import { CaptchaAiClient } from '../functions/shared/captchaai/client.js';
-import type { CaptchaTask, ClientEvent } from '../functions/shared/captchaai/types.js';
+import { CaptchaAiClient } from '../functions/captchaai/client.js';
+import type { CaptchaTask, ClientEvent } from '../functions/captchaai/types.js';
 import {
   CaptchaError,
   PollTimeoutError,
   StopClassError,
   TransientError,
-} from '../functions/shared/errors.js';
-import type { CaptchaStandin } from '../local/captchaai-standin.js';
+} from '../functions/common/errors.js';
+import type { CaptchaStandin } from '../local/standins/captchaai/standin.js';
 
 /**
  * The uncapped baseline: what happens without the cap. Every record is handed to the CaptchaAI

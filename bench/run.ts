@@ -6,30 +6,25 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { GetCommand } from '@aws-sdk/lib-dynamodb';
 import seedrandom from 'seedrandom';
-import { DEFAULT_TIMINGS } from '../functions/shared/captchaai/timings.js';
-import type { CaptchaTask } from '../functions/shared/captchaai/types.js';
-import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/shared/job-schema.js';
-import { DEFAULT_LATENCY } from '../local/captchaai-standin.js';
-import { REPO_ROOT } from '../local/deploy.js';
-import { type LocalStack, startLocalStack } from '../local/local-stack.js';
-import { queueDepth, untilPollerLimit, workerMapping } from '../local/local-stack-observation.js';
-import { expectedOutcomes, generatedRecords, type RecordMix } from '../local/local-stack-records.js';
-import {
-  everyRecordFinished,
-  feedQueue,
-  progressOf,
-  summarize as summarizeRun,
-} from '../local/local-stack-run.js';
+import { DEFAULT_TIMINGS } from '../functions/captchaai/timings.js';
+import type { CaptchaTask } from '../functions/captchaai/types.js';
+import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/records/job-schema.js';
+import { REPO_ROOT } from '../local/emulator/deploy.js';
+import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
+import { queueDepth, untilPollerLimit, workerMapping } from '../local/stack/observation.js';
+import { expectedOutcomes, generatedRecords, type RecordMix } from '../local/stack/records.js';
+import { everyRecordFinished, feedQueue, progressOf, summarize as summarizeRun } from '../local/stack/run.js';
+import { DEFAULT_LATENCY } from '../local/standins/captchaai/standin.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
-import { formatReport } from './report.js';
-import { type BenchReport, buildReport } from './report-builder.js';
+import { type BenchReport, buildReport } from './report/build.js';
+import { formatReport } from './report/format.js';
 import { expectedPollWaitMs, mixMeanMs, round } from './stats.js';
 import type { ChartPoint } from './svg.js';
 import { parseFunctionLog } from './worker-log.js';
 
 /**
  * `npm run bench`: the local stack (moto + the deployed CDK app + the local runtime + both
- * stand-ins, local/local-stack.ts) with a plan of `threads` threads, fed `records` good records
+ * stand-ins, local/stack/local-stack.ts) with a plan of `threads` threads, fed `records` good records
  * of mixed CAPTCHA types the way an upstream job streams them (the queue kept shallow), while
  * the stand-in's threads in flight, the worker invocations in flight and the cap are sampled.
  * Then an uncapped baseline against the same stand-in (bench/baseline.ts). Writes

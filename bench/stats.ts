@@ -1,4 +1,4 @@
-import type { LatencyDistribution } from '../local/captchaai-standin.js';
+import type { LatencyDistribution } from '../local/standins/captchaai/standin.js';
 
 /**
  * The benchmark's arithmetic, kept pure so it can be unit tested: percentiles, time-weighted

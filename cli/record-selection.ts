@@ -1,8 +1,8 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
-import { BatchId } from '../functions/shared/job-schema.js';
-import type { OutcomeRow, OutcomesStore } from '../functions/shared/outcomes-store.js';
+import { BatchId } from '../functions/records/job-schema.js';
+import type { OutcomeRow, OutcomesStore } from '../functions/records/store.js';
 import { CliError, EXIT } from './exit-codes.js';
 
 /**

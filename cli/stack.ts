@@ -17,10 +17,10 @@ import {
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
-import { RotatingCaptchaAiClient } from '../functions/shared/captchaai/rotating-client.js';
-import { PipelineControl } from '../functions/shared/pipeline-control.js';
-import { ApiKeySource } from '../functions/shared/secret.js';
-import { DEFAULTS } from '../functions/shared/settings.js';
+import { RotatingCaptchaAiClient } from '../functions/captchaai/rotating-client.js';
+import { DEFAULTS } from '../functions/common/settings.js';
+import { PipelineControl } from '../functions/pipeline/control.js';
+import { ApiKeySource } from '../functions/pipeline/secret.js';
 import type { StackOutputKey } from '../infra/outputs.js';
 import { CliError, EXIT } from './exit-codes.js';
 

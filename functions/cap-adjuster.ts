@@ -4,19 +4,19 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, ScheduledEvent } from 'aws-lambda';
+import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import {
   type AdjustCapResult,
   adjustCap,
   type CapAdjusterConfig,
   readCapAdjusterConfig,
-} from './shared/cap.js';
-import { RotatingCaptchaAiClient } from './shared/captchaai/rotating-client.js';
-import { PipelineControl } from './shared/pipeline-control.js';
-import { ApiKeySource } from './shared/secret.js';
+} from './pipeline/cap.js';
+import { PipelineControl } from './pipeline/control.js';
+import { ApiKeySource } from './pipeline/secret.js';
 
 /**
  * The cap adjuster's Lambda handler, run once a minute by an EventBridge rule. It only wires
- * configuration, clients and telemetry; the work is `adjustCap` in shared/cap.ts.
+ * configuration, clients and telemetry; the work is `adjustCap` in pipeline/cap.ts.
  */
 const logger = new Logger();
 const metrics = new Metrics();

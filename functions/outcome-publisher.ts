@@ -2,8 +2,8 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
-import { ConfigError } from './shared/errors.js';
-import { ENDED_STATUSES, OUTCOME_FIELDS } from './shared/outcome-fields.js';
+import { ConfigError } from './common/errors.js';
+import { ENDED_STATUSES, OUTCOME_FIELDS } from './records/fields.js';
 
 /**
  * The outcome publisher: the outcome table's stream in, one SQS message per final outcome out.

@@ -6,23 +6,23 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { systemResolver } from './shared/allowlist.js';
-import { RotatingCaptchaAiClient } from './shared/captchaai/rotating-client.js';
-import { OutcomesStore } from './shared/outcomes-store.js';
-import { PipelineControl } from './shared/pipeline-control.js';
-import { ApiKeySource } from './shared/secret.js';
-import { DEFAULTS } from './shared/settings.js';
-import { createTargetAgent } from './shared/target-session.js';
+import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
+import { DEFAULTS } from './common/settings.js';
+import { PipelineControl } from './pipeline/control.js';
+import { ApiKeySource } from './pipeline/secret.js';
+import { OutcomesStore } from './records/store.js';
+import { systemResolver } from './target/allowlist.js';
+import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
+import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import type { WorkerDeps } from './worker/types.js';
-import { readWorkerConfig, type WorkerConfig } from './worker-config.js';
 
 /**
  * The worker Lambda: the handler and its composition root, nothing else. SQS batch in,
  * partial batch response out.
  *   - worker/batch-loop.ts   the batch, strictly one record after another, and the pause;
  *   - worker/record-flow.ts  one record: validate → allowlist → claim → page → solve → post;
- *   - shared/outcome-mapping.ts  every decision that turns an error or a result into an outcome;
+ *   - records/decisions.ts   every decision that turns an error or a result into an outcome;
  *   - worker/effects.ts      what each decision does (row, DLQ copy, pause, cool-down).
  */
 

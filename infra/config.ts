@@ -1,8 +1,8 @@
-import { parseAllowlist } from '../functions/shared/allowlist.js';
-import { DEFAULT_TIMINGS, parsePerType } from '../functions/shared/captchaai/timings.js';
-import { CAPTCHA_TYPES, type CaptchaType } from '../functions/shared/captchaai/types.js';
-import { ConfigError } from '../functions/shared/errors.js';
-import { DEFAULTS } from '../functions/shared/settings.js';
+import { DEFAULT_TIMINGS, parsePerType } from '../functions/captchaai/timings.js';
+import { CAPTCHA_TYPES, type CaptchaType } from '../functions/captchaai/types.js';
+import { ConfigError } from '../functions/common/errors.js';
+import { DEFAULTS } from '../functions/common/settings.js';
+import { parseAllowlist } from '../functions/target/allowlist.js';
 
 /**
  * threadgate's deploy-time settings. Each one can be given as CDK context
@@ -93,7 +93,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'outcomeStream',
 ];
 
-/** Every default lives in functions/shared/settings.ts, shared with the functions, the CLI and the local stack. */
+/** Every default lives in functions/common/settings.ts, shared with the functions, the CLI and the local stack. */
 export { DEFAULTS };
 
 /** Lambda's limit on a function timeout. */

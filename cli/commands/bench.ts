@@ -1,6 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
-import { parseMix, type RecordMix } from '../../local/local-stack-records.js';
+import { parseMix, type RecordMix } from '../../local/stack/records.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
 import { parseCount, parsePositive } from './solve.js';

@@ -3,7 +3,7 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
-import { validateJobMessage } from '../../functions/shared/job-schema.js';
+import { validateJobMessage } from '../../functions/records/job-schema.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
 import {

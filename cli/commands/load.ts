@@ -1,6 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
-import { formatLoadSummary, loadFailures } from '../../local/load-plan.js';
-import { LOAD_DEFAULTS, runLoad } from '../../local/load-run.js';
+import { formatLoadSummary, loadFailures } from '../../local/load/plan.js';
+import { LOAD_DEFAULTS, runLoad } from '../../local/load/run.js';
 import { EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
 import { parseAtLeastOne, parseScale } from './bench.js';
@@ -24,7 +24,7 @@ function parseShare(raw: string): number {
   return n;
 }
 
-/** `threadgate load` (`npm run load`): the load run on the local stack, see local/load-run.ts. */
+/** `threadgate load` (`npm run load`): the load run on the local stack, see local/load/run.ts. */
 export function registerLoad(program: Command): void {
   program
     .command('load')

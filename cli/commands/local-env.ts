@@ -1,8 +1,8 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { REPO_ROOT } from '../../local/deploy.js';
-import type { AnyLocalStack } from '../../local/local-stack.js';
+import { REPO_ROOT } from '../../local/emulator/deploy.js';
+import type { AnyLocalStack } from '../../local/stack/local-stack.js';
 import { CliError, EXIT } from '../exit-codes.js';
 
 /**

@@ -1,16 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { ConfigError } from '../../functions/shared/errors.js';
-import { type AnyLocalStack, startLocalStack } from '../../local/local-stack.js';
-import { type ExternalCaptchaai, externalCaptchaai } from '../../local/local-stack-captchaai.js';
+import { ConfigError } from '../../functions/common/errors.js';
+import { type ExternalCaptchaai, externalCaptchaai } from '../../local/stack/captchaai.js';
+import { type AnyLocalStack, startLocalStack } from '../../local/stack/local-stack.js';
 import {
   generatedRecords,
   type RecordMix,
   readRecordsFile,
   sampleRecords,
-} from '../../local/local-stack-records.js';
-import { type RunProgress, type RunSummary, runRecords } from '../../local/local-stack-run.js';
+} from '../../local/stack/records.js';
+import { type RunProgress, type RunSummary, runRecords } from '../../local/stack/run.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseMixOption } from './bench.js';
 import { KEEP_ENV_FILE, registerLocalEnv, removeKeepEnv, writeKeepEnv } from './local-env.js';

@@ -1,7 +1,7 @@
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
-import { OUTCOME_FIELDS } from '../../functions/shared/outcome-fields.js';
-import { OutcomesStore } from '../../functions/shared/outcomes-store.js';
+import { OUTCOME_FIELDS } from '../../functions/records/fields.js';
+import { OutcomesStore } from '../../functions/records/store.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { StopClassError } from '../../functions/shared/errors.js';
+import { StopClassError } from '../../functions/common/errors.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { addStackOptions, captchaAiAccess, pipelineControl, type StackOptions, withStack } from '../stack.js';
 

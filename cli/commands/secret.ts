@@ -4,7 +4,7 @@ import {
   ResourceExistsException,
 } from '@aws-sdk/client-secrets-manager';
 import type { Command } from 'commander';
-import { DEFAULTS } from '../../functions/shared/settings.js';
+import { DEFAULTS } from '../../functions/common/settings.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
   type AwsContext,

@@ -4,7 +4,7 @@ import {
   type CaptchaTask,
   readTimingsFromEnv,
   type SolveTimingsOverrides,
-} from '../../functions/shared/captchaai/client.js';
+} from '../../functions/captchaai/client.js';
 import {
   BadTaskError,
   CaptchaError,
@@ -13,8 +13,8 @@ import {
   StopClassError,
   TransientError,
   UnsolvableError,
-} from '../../functions/shared/errors.js';
-import { DEFAULTS } from '../../functions/shared/settings.js';
+} from '../../functions/common/errors.js';
+import { DEFAULTS } from '../../functions/common/settings.js';
 import { CliError, EXIT } from '../exit-codes.js';
 
 const SOLVE_TYPES = ['recaptcha_v2', 'recaptcha_v3', 'recaptcha_enterprise', 'turnstile'] as const;

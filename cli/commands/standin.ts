@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { type Command, InvalidArgumentError } from 'commander';
-import { type FaultRates, startCaptchaStandin } from '../../local/captchaai-standin.js';
+import { type FaultRates, startCaptchaStandin } from '../../local/standins/captchaai/standin.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseCount, parsePositive } from './solve.js';
 

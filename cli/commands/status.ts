@@ -2,9 +2,9 @@ import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
-import { readCapSettings } from '../../functions/shared/cap.js';
-import { type CapSettings, computeCap, readCap } from '../../functions/shared/cap-policy.js';
-import { OUTCOME_STATUSES } from '../../functions/shared/outcome-fields.js';
+import { readCapSettings } from '../../functions/pipeline/cap.js';
+import { type CapSettings, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { OUTCOME_STATUSES } from '../../functions/records/fields.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
   type AwsContext,
@@ -45,7 +45,7 @@ export interface StatusReport {
     by?: string;
   };
   /**
-   * The cap in force: solves allowed in flight now (functions/shared/cap-policy.ts capInForce):
+   * The cap in force: solves allowed in flight now (functions/pipeline/cap-policy.ts capInForce):
    * the lower of reserved concurrency and the mapping maximum, 0 while paused, null when neither is set.
    */
   cap: number | null;

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
-import { CaptchaAiClient } from '../../functions/shared/captchaai/client.js';
-import { CaptchaError } from '../../functions/shared/errors.js';
+import { CaptchaAiClient } from '../../functions/captchaai/client.js';
+import { CaptchaError } from '../../functions/common/errors.js';
 import { EXIT } from '../exit-codes.js';
 import { clientOptions, parseCount, parsePositive, reportCaptchaError } from './solve.js';
 

@@ -6,10 +6,10 @@ import {
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
-import { batchIdOf, validateJobMessage } from '../../functions/shared/job-schema.js';
-import { ENDED_STATUSES } from '../../functions/shared/outcome-fields.js';
-import { type OutcomeRow, OutcomesStore } from '../../functions/shared/outcomes-store.js';
-import type { PipelineState } from '../../functions/shared/pipeline-control.js';
+import type { PipelineState } from '../../functions/pipeline/control.js';
+import { ENDED_STATUSES } from '../../functions/records/fields.js';
+import { batchIdOf, validateJobMessage } from '../../functions/records/job-schema.js';
+import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';

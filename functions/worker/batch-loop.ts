@@ -1,7 +1,7 @@
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
-import { decideCrash } from '../shared/outcome-mapping.js';
-import type { PipelineState } from '../shared/pipeline-control.js';
+import type { PipelineState } from '../pipeline/control.js';
+import { decideCrash } from '../records/decisions.js';
 import { applyDecision } from './effects.js';
 import { processRecord } from './record-flow.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
@@ -20,7 +20,7 @@ import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps }
  * once by the poller, and that receive is already in their ApproximateReceiveCount; the
  * worker adds none, and after the pause no poller receives them again. With batch size 1
  * (the deployed setting) the other messages were never received at all, so their counts are
- * exactly as they were. test/worker.test.ts asserts both cases.
+ * exactly as they were. test/integration/functions/worker.test.ts asserts both cases.
  */
 export async function processBatch(
   event: SQSEvent,

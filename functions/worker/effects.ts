@@ -2,14 +2,14 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
-import { batchIdOf } from '../shared/job-schema.js';
-import type { RecordDecision } from '../shared/outcome-mapping.js';
-import type { OutcomeStatus } from '../shared/outcomes-store.js';
-import { stopReason } from '../shared/pipeline-control.js';
+import { stopReason } from '../pipeline/control.js';
+import type { RecordDecision } from '../records/decisions.js';
+import { batchIdOf } from '../records/job-schema.js';
+import type { OutcomeStatus } from '../records/store.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
 
 /**
- * The side effects of each decision of functions/shared/outcome-mapping.ts: the outcome row,
+ * The side effects of each decision of functions/records/decisions.ts: the outcome row,
  * the DLQ copy, the pause, the cool-down, the metrics and the log line. This file decides
  * nothing; it carries out what the mapping decided.
  */

@@ -1,18 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
-import { checkTargetUrl } from '../shared/allowlist.js';
-import { scaledTokenLifetimeMs } from '../shared/captchaai/timings.js';
-import { CaptchaError, InvalidJobError, TargetError } from '../shared/errors.js';
+import { scaledTokenLifetimeMs } from '../captchaai/timings.js';
+import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
+import { decideClaimConflict, decideOutcome, decideTargetResponse } from '../records/decisions.js';
 import {
   captchaTaskOf,
   captchaTypeOf,
   type Job,
   tokenFieldOf,
   validateJobMessage,
-} from '../shared/job-schema.js';
-import { decideClaimConflict, decideOutcome, decideTargetResponse } from '../shared/outcome-mapping.js';
-import { TargetSession } from '../shared/target-session.js';
+} from '../records/job-schema.js';
+import { checkTargetUrl } from '../target/allowlist.js';
+import { TargetSession } from '../target/session.js';
 import { applyDecision, finished } from './effects.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
@@ -24,7 +24,7 @@ import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps }
  * The page loads while the task is solved, so the plan's thread is busy while the slot works; a
  * page that fails to load still waits for the task's answer (or the client's deadline, then the
  * cool-down), because the slot is released only once the task no longer holds a thread.
- * Errors become outcomes in one place: functions/shared/outcome-mapping.ts; ./effects.ts
+ * Errors become outcomes in one place: functions/records/decisions.ts; ./effects.ts
  * carries the decision out. Never logs or stores a token or the API key.
  */
 

@@ -2,12 +2,12 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import type { Metrics } from '@aws-lambda-powertools/metrics';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import type { Dispatcher } from 'undici';
-import type { Resolver } from '../shared/allowlist.js';
-import type { SolveOptions } from '../shared/captchaai/client.js';
-import type { CaptchaTask, SolveResult } from '../shared/captchaai/types.js';
-import type { OutcomeStatus, OutcomesStore } from '../shared/outcomes-store.js';
-import type { PipelineControl } from '../shared/pipeline-control.js';
-import type { WorkerConfig } from '../worker-config.js';
+import type { SolveOptions } from '../captchaai/client.js';
+import type { CaptchaTask, SolveResult } from '../captchaai/types.js';
+import type { PipelineControl } from '../pipeline/control.js';
+import type { OutcomeStatus, OutcomesStore } from '../records/store.js';
+import type { Resolver } from '../target/allowlist.js';
+import type { WorkerConfig } from './config.js';
 
 /** What the worker needs from a CaptchaAI client. */
 export interface Solver {

@@ -6,7 +6,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as secretsmanager from 'aws-cdk-lib/aws-secretsmanager';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { readCapAdjusterConfig } from '../../functions/shared/cap.js';
+import { readCapAdjusterConfig } from '../../functions/pipeline/cap.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';

@@ -1,7 +1,7 @@
 import { RemovalPolicy } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import { Construct } from 'constructs';
-import { BATCH_INDEX_NAME } from '../../functions/shared/outcomes-store.js';
+import { BATCH_INDEX_NAME } from '../../functions/records/store.js';
 
 export interface OutcomesTableProps {
   /** @default RemovalPolicy.RETAIN — outcomes are the record of what was submitted. */

@@ -13,7 +13,7 @@ export const INITIAL_PIPELINE_STATE = JSON.stringify({ paused: false });
 
 /**
  * The pipeline-state SSM parameter (JSON `{paused, reason, code, since, by}`, see
- * functions/shared/pipeline-control.ts) and the permissions to pause the pipeline.
+ * functions/pipeline/control.ts) and the permissions to pause the pipeline.
  * CloudFormation only writes the parameter when the template's value changes, so a
  * stack update does not clear a pause an operator or the worker recorded.
  */

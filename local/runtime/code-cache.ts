@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { GetObjectCommand, ListBucketsCommand, type S3Client } from '@aws-sdk/client-s3';
-import { extractZip } from '../zip.js';
+import { extractZip } from '../emulator/zip.js';
 
 export interface CodeCacheOptions {
   /** The emulator's S3, where `cdk deploy` uploaded the bundles. */

@@ -5,8 +5,8 @@ import {
   GetFunctionCommand,
   GetFunctionConcurrencyCommand,
 } from '@aws-sdk/client-lambda';
-import type { LocalRuntime } from '../runtime.js';
 import { ExecutionEnvironment } from './execution-environment.js';
+import type { LocalRuntime } from './local-runtime.js';
 import { LogSink } from './log-sink.js';
 import type { DeployedFunction, EnvironmentMemory, FunctionStats, InvokeResult } from './types.js';
 

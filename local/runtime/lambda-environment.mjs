@@ -1,4 +1,4 @@
-// One Lambda execution environment of the local runtime (local/runtime.ts), run as a worker
+// One Lambda execution environment of the local runtime (local/runtime/local-runtime.ts), run as a worker
 // thread with the function's own environment variables. Plain JavaScript on purpose: the
 // thread loads only the bundle CDK built, never the repository's TypeScript.
 //

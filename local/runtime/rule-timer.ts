@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Rule, Target } from '@aws-sdk/client-eventbridge';
-import type { LocalRuntime } from '../runtime.js';
+import type { LocalRuntime } from './local-runtime.js';
 
 /** Parses `rate(5 minutes)` into ms; `cron(...)` and anything else gives undefined. */
 export function ratePeriodMs(expression: string | undefined): number | undefined {

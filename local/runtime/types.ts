@@ -1,6 +1,6 @@
-import type { StreamMappingStats } from './stream-poller.js';
+import type { StreamMappingStats } from './pollers/stream.js';
 export interface LocalRuntimeOptions {
-  /** AWS_ENDPOINT_URL, AWS_REGION and credentials of the emulator (see local/moto.ts awsEnvFor). */
+  /** AWS_ENDPOINT_URL, AWS_REGION and credentials of the emulator (see local/emulator/moto.ts awsEnvFor). */
   awsEnv: Record<string, string>;
   /** Directory for `<function>.log` and `runtime.log`. */
   logDir: string;
@@ -8,7 +8,7 @@ export interface LocalRuntimeOptions {
   timeScale?: number;
   /**
    * How often mappings, concurrency and rules are re-read, in ms; while every queue mapping is
-   * watched at the moto launcher (runtime/queue-watch.ts reports its changes at once), ten times
+   * watched at the moto launcher (runtime/pollers/queue-watch.ts reports its changes at once), ten times
    * less often. @default 500
    */
   refreshMs?: number;
@@ -109,7 +109,7 @@ export interface MappingStats {
 export interface RuntimeStats {
   functions: Record<string, FunctionStats>;
   mappings: MappingStats[];
-  /** DynamoDB stream mappings (see stream-poller.ts). */
+  /** DynamoDB stream mappings (see pollers/stream.ts). */
   streams: StreamMappingStats[];
   rules: { name: string; schedule: string; periodMs: number | undefined; fired: number; skipped: number }[];
 }

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LocalStack } from '../../local/local-stack.js';
-import { localRuntimeOptions } from '../../local/local-stack.js';
-import { queueDepth } from '../../local/local-stack-observation.js';
-import { generatedRecords } from '../../local/local-stack-records.js';
-import { feedQueue } from '../../local/local-stack-run.js';
-import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime-process.js';
+import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime/child-process.js';
+import type { LocalStack } from '../../local/stack/local-stack.js';
+import { localRuntimeOptions } from '../../local/stack/local-stack.js';
+import { queueDepth } from '../../local/stack/observation.js';
+import { generatedRecords } from '../../local/stack/records.js';
+import { feedQueue } from '../../local/stack/run.js';
 import {
   allFinished,
   CAP,
@@ -19,7 +19,7 @@ import {
 } from './harness.js';
 
 /**
- * The whole fleet crashes: the local runtime runs in a child process (local/runtime-process.ts)
+ * The whole fleet crashes: the local runtime runs in a child process (local/runtime/child-process.ts)
  * and is SIGKILLed with records in flight, so no execution environment gets to write, release
  * or clean up anything. A new runtime process then starts against the same emulator and stack,
  * while the producers (at-least-once, as upstream jobs are after a failure) send every record
@@ -77,7 +77,7 @@ describe('crash and restart of the whole fleet (local stack)', () => {
     const killedAt = Date.now();
     let atCrash = await outcomesOf(stack, keys);
     if ([...atCrash.values()].some((r) => typeof r.status !== 'string')) {
-      // moto shows a claim's bare row between its two steps (local/local-stack-run.ts progressOf).
+      // moto shows a claim's bare row between its two steps (local/stack/run.ts progressOf).
       await new Promise((resolve) => setTimeout(resolve, 200));
       atCrash = await outcomesOf(stack, keys);
     }

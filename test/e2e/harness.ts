@@ -4,14 +4,14 @@ import { join } from 'node:path';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import { type RedriveResult, redrive } from '../../cli/commands/redrive.js';
 import { awsContext } from '../../cli/stack.js';
-import { computeCap, readCap } from '../../functions/shared/cap-policy.js';
-import { isFinalStatus } from '../../functions/shared/outcomes-store.js';
-import { DEFAULTS } from '../../functions/shared/settings.js';
-import { REPO_ROOT } from '../../local/deploy.js';
-import { type LocalStack, type LocalStackOptions, startLocalStack } from '../../local/local-stack.js';
-import { type OutcomeRow, queueDepth, readOutcomes } from '../../local/local-stack-observation.js';
-import { expectedOutcomes } from '../../local/local-stack-records.js';
-import { everyRecordFinished, progressOf } from '../../local/local-stack-run.js';
+import { DEFAULTS } from '../../functions/common/settings.js';
+import { computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { isFinalStatus } from '../../functions/records/store.js';
+import { REPO_ROOT } from '../../local/emulator/deploy.js';
+import { type LocalStack, type LocalStackOptions, startLocalStack } from '../../local/stack/local-stack.js';
+import { type OutcomeRow, queueDepth, readOutcomes } from '../../local/stack/observation.js';
+import { expectedOutcomes } from '../../local/stack/records.js';
+import { everyRecordFinished, progressOf } from '../../local/stack/run.js';
 
 /**
  * Shared pieces of the end-to-end suites: one deployed stack per test file (moto + the real
@@ -33,7 +33,7 @@ export const CAP = computeCap(E2E.threads, {
 });
 
 /**
- * `runtime: false`: no local runtime in this process (the test runs one, e.g. local/runtime-process.ts).
+ * `runtime: false`: no local runtime in this process (the test runs one, e.g. local/runtime/child-process.ts).
  * `targetDelays` only changes the target stand-in, so the deployment (and its cached synth) stays shared.
  */
 export function startE2eStack(
@@ -47,7 +47,7 @@ export function startE2eStack(
   });
 }
 
-/** The stand-in's tokens (local/captchaai-standin-http.ts makeToken): none may reach a log. */
+/** The stand-in's tokens (local/standins/captchaai/http.ts makeToken): none may reach a log. */
 export const TOKEN_PATTERN = /0\.[\w-]{100,}|03A[\w-]{100,}/;
 
 /** Every file under `dir`, concatenated (log checks). */
@@ -91,7 +91,7 @@ export function isFinal(row: OutcomeRow | undefined): boolean {
   return row !== undefined && isFinalStatus(row.status);
 }
 
-/** Every record of `bodies` finished, by the local stack's one definition (local/local-stack-run.ts). */
+/** Every record of `bodies` finished, by the local stack's one definition (local/stack/run.ts). */
 export async function allFinished(stack: LocalStack, bodies: string[]): Promise<boolean> {
   return everyRecordFinished(await progressOf(stack, expectedOutcomes(bodies), Date.now(), bodies.length));
 }

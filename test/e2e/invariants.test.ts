@@ -1,9 +1,9 @@
 import { PurgeQueueCommand, ReceiveMessageCommand, SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { LocalStack } from '../../local/local-stack.js';
-import { queueDepth, readDlq, readMessages } from '../../local/local-stack-observation.js';
-import { generatedRecords } from '../../local/local-stack-records.js';
-import { feedQueue } from '../../local/local-stack-run.js';
+import type { LocalStack } from '../../local/stack/local-stack.js';
+import { queueDepth, readDlq, readMessages } from '../../local/stack/observation.js';
+import { generatedRecords } from '../../local/stack/records.js';
+import { feedQueue } from '../../local/stack/run.js';
 import { malformedJobs } from '../fixtures/job-catalog.js';
 import {
   allFinished,

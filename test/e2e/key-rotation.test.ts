@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { keyFingerprint } from '../../local/captchaai-standin.js';
-import type { LocalStack } from '../../local/local-stack.js';
-import { generatedRecords } from '../../local/local-stack-records.js';
-import { feedQueue } from '../../local/local-stack-run.js';
-import { cliEnv, runCli } from '../cli-fixture.js';
+import type { LocalStack } from '../../local/stack/local-stack.js';
+import { generatedRecords } from '../../local/stack/records.js';
+import { feedQueue } from '../../local/stack/run.js';
+import { keyFingerprint } from '../../local/standins/captchaai/standin.js';
+import { cliEnv, runCli } from '../fixtures/cli.js';
 import {
   dlqCount,
   finalCount,

@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DeleteMessageBatchCommand, type Message, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT } from '../../local/deploy.js';
-import type { LocalStack } from '../../local/local-stack.js';
-import { readOutcomes } from '../../local/local-stack-observation.js';
-import { goodRecord } from '../../local/local-stack-records.js';
-import { type CliRun, cliEnv, runCli } from '../cli-fixture.js';
+import { REPO_ROOT } from '../../local/emulator/deploy.js';
+import type { LocalStack } from '../../local/stack/local-stack.js';
+import { readOutcomes } from '../../local/stack/observation.js';
+import { goodRecord } from '../../local/stack/records.js';
+import { type CliRun, cliEnv, runCli } from '../fixtures/cli.js';
 import { startE2eStack, uniquePrefix, waitFor } from './harness.js';
 import { e2eTarget } from './target.js';
 
@@ -187,7 +187,7 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
     const key = `${uniquePrefix('crash')}-0`;
     const script = [
       "import { DynamoDBClient } from '@aws-sdk/client-dynamodb';",
-      "import { OutcomesStore } from './functions/shared/outcomes-store.ts';",
+      "import { OutcomesStore } from './functions/records/store.ts';",
       'const store = new OutcomesStore({ client: new DynamoDBClient({}), tableName: process.env.TABLE_NAME });',
       "await store.claim(process.env.KEY, { owner: 'doomed', leaseMs: 60000, captchaType: 'recaptcha_v2', batchId: 'crash' });",
       "await store.finish(process.env.KEY, 'doomed', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });",

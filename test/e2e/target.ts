@@ -1,9 +1,9 @@
-import { type CapKnobs, mappingMaximumFor, readCap } from '../../functions/shared/cap-policy.js';
-import type { LocalStack } from '../../local/local-stack.js';
+import { type CapKnobs, mappingMaximumFor, readCap } from '../../functions/pipeline/cap-policy.js';
+import type { LocalStack } from '../../local/stack/local-stack.js';
 
 /**
  * What the end-to-end suite can assert on each target (THREADGATE_E2E_TARGET), chosen in one
- * place so the choice itself is unit-tested (test/e2e-target.test.ts) and docs/local-stack.md's
+ * place so the choice itself is unit-tested (test/unit/fixtures/e2e-target.test.ts) and docs/local-stack.md's
  * table says the same.
  *
  * - `moto` (default): the CDK app on moto's server, its functions run by the local runtime,

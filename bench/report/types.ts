@@ -1,0 +1,168 @@
+/** The shape of the benchmark's report (bench/results/*.json); build.ts fills it. */
+
+import type { RunSummary } from '../../local/stack/run.js';
+import type { BaselineResult } from '../baseline.js';
+import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
+
+export type Pct = { p50: number | null; p95: number | null; p99: number | null };
+
+export interface BenchReport {
+  name: string;
+  started_at: string;
+  machine: { cpus: number; node: string; loadavg_1m_start: number; loadavg_1m_end: number };
+  config: {
+    threads: number;
+    reserve: number;
+    cap: number;
+    records: number;
+    time_scale: number;
+    /** Seed of the stand-in's solve latencies (the same seed, the same sample). */
+    seed: number;
+    max_queued: number;
+    mix: Record<string, number>;
+    worker_memory_mb: number;
+    target_delays_ms_unscaled: { page: number; post: number };
+    poll: {
+      first_poll_ms: Record<string, number>;
+      interval_ms: Record<string, number>;
+      budget: number;
+      note: string;
+    };
+  };
+  complete: boolean;
+  outcomes: Record<string, number>;
+  /**
+   * Busy plan-thread-seconds (the stand-in's own count) ÷ (plan threads × wall time): whole run
+   * from the first submit to the last answer, steady state over the window of completions
+   * 10%–90%. throughput_*: throughput ÷ (cap ÷ modelled mean solve time), as before.
+   */
+  efficiency: {
+    whole_run: number | null;
+    steady_state: number | null;
+    throughput_whole_run: number | null;
+    throughput_steady_state: number | null;
+    projected_time_scale_1: number | null;
+    /**
+     * Where the whole run's loss (1 − whole_run) falls, as shares of plan threads × whole-run
+     * wall time: ramp_up from the first submit until cap tasks are first in flight together,
+     * drain from the last record's invocation start (no task starts after it) to the last
+     * answer, between_ramp_and_drain the rest. Seconds of each phase beside them.
+     */
+    whole_run_loss: {
+      ramp_up: number | null;
+      between_ramp_and_drain: number | null;
+      drain: number | null;
+      ramp_up_s: number | null;
+      drain_s: number | null;
+    };
+  };
+  captchaai_calls: {
+    res_php_per_solve: number | null;
+    res_php_max_per_solve: number | null;
+    in_php_per_record: number | null;
+    rate_limited: number;
+  };
+  /** Mean in flight ÷ cap over the steady-state window. */
+  utilization: { steady_state: number | null; worker_invocations_steady_state: number | null };
+  max_in_flight: number;
+  cap: number;
+  plan_threads: number;
+  zero_balance: number;
+  throughput: {
+    whole_run_per_s_wall: number | null;
+    steady_state_per_s_wall: number | null;
+    limit_per_s_wall: number | null;
+    steady_state_per_hour_unscaled: number | null;
+    steady_state_window_s: { from: number | null; to: number | null; records: number };
+  };
+  solve_time_ms: {
+    modelled_mean_unscaled: number | null;
+    modelled_mean_wall: number | null;
+    measured_by_worker_wall: Pct & { mean: number | null };
+    measured_by_worker_unscaled: Pct & { mean: number | null };
+    note: string;
+  };
+  overhead_ms: Pct & {
+    mean: number | null;
+    count: number;
+    parts_mean: { dynamodb_claim: number | null; dynamodb_finish: number | null; rest: number | null };
+    first_invocations: Pct & { count: number; max: number | null };
+    first_submit_after_s: number | null;
+    note: string;
+  };
+  emulator_latency_ms: Record<string, Pct & { count: number; over_1s: number }>;
+  /** One row per second of the capped run, for re-plotting and for finding stalls. */
+  timeline: {
+    t: number;
+    in_flight: number | null;
+    invocations: number | null;
+    cap: number;
+    plan_threads: number;
+    completed: number;
+    queued: number | null;
+    emulator_slowest_ms: number | null;
+  }[];
+  time_per_record_per_slot_ms: {
+    cycle: number | null;
+    captcha_thread_held: number | null;
+    captcha_thread_held_modelled: number | null;
+    poll_granularity: number | null;
+    poll_granularity_predicted: number | null;
+    target_http: number | null;
+    page_load_overlapped: number | null;
+    invocation_overhead: number | null;
+    between_invocations: number | null;
+    cycle_unscaled: number | null;
+    poll_interval_what_if: {
+      interval_ms: number;
+      predicted_wait_ms_unscaled: number | null;
+      efficiency_ceiling: number | null;
+    }[];
+    note: string;
+  };
+  lambda: {
+    memory_mb: number;
+    invocations: number;
+    first_invocations: number;
+    timeouts: number;
+    gb_s_per_solve: number | null;
+    gb_s_per_solve_all_invocations: number | null;
+    gb_s_per_solve_wall: number | null;
+    note: string;
+    /** Measured by the local runtime: the worst execution environment's peaks, MB. */
+    measured_memory_mb: {
+      environments: number;
+      peak_heap_used: number | null;
+      peak_heap_total: number | null;
+      peak_external: number | null;
+      bare_node_rss: number | null;
+      estimated_environment_peak: number | null;
+      process_peak_rss_all_environments: number | null;
+      smallest_size_with_2x_headroom: number | null;
+      note: string;
+    };
+  };
+  aws_cost_per_1000: AwsCost & {
+    usage_per_solve: {
+      gb_seconds: number | null;
+      invocations: number | null;
+      sqs_requests: number | null;
+      dynamodb_write_units: number | null;
+      dynamodb_read_units: number | null;
+    };
+    prices: typeof AWS_PRICES;
+    notes: string[];
+  };
+  captcha_cost_per_1000: {
+    full_plan_use: number | null;
+    at_measured_efficiency: number | null;
+    plan: PlanPrice & { threads: number };
+    mean_solve_s_unscaled: number | null;
+    month_s: number;
+  };
+  baseline: BaselineResult | null;
+  run_summary: Omit<RunSummary, 'log_dir'>;
+  phases_s: { startup: number; capped_run: number; baseline: number | null; total: number };
+  log_dir: string;
+  files: { json: string; svg: string };
+}

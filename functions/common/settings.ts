@@ -1,0 +1,38 @@
+import { DEFAULT_TIMINGS } from '../captchaai/timings.js';
+
+/**
+ * Every name and default of threadgate's settings, each written once. The deploy-time settings
+ * (infra/config.ts), the functions' environment readers (functions/worker/config.ts,
+ * functions/pipeline/cap.ts), the CaptchaAI client, the CLI and the local stack import them from
+ * here. CaptchaAI's waits (poll interval, first poll, budget) stay in ./captchaai/timings.ts,
+ * next to the client that uses them; they are only referenced below.
+ */
+export const DEFAULTS = {
+  /** CloudFormation stack name; the CLI's `--stack` default. */
+  stackName: 'Threadgate',
+  /** The Secrets Manager secret holding the API key. */
+  secretName: 'threadgate/captchaai-api-key',
+  /** CaptchaAI's base URL. */
+  captchaaiUrl: 'https://ocr.captchaai.com',
+  /** Powertools metrics namespace of both functions (the dashboard and alarms read it). */
+  metricsNamespace: 'Threadgate',
+  reserve: 1,
+  initialCap: 4,
+  minCap: 1,
+  maxCap: 100,
+  timeScale: 1,
+  targetTimeoutMs: 15_000,
+  cooldownMs: 60_000,
+  pollIntervalMs: DEFAULT_TIMINGS.pollIntervalMs,
+  firstPollMs: DEFAULT_TIMINGS.firstPollMs,
+  pollBudget: DEFAULT_TIMINGS.pollBudget,
+  maxReceiveCount: 5,
+  transientReceiveLimit: 3,
+  oldestMessageAlarmSeconds: 3600,
+  logRetentionDays: 30,
+  outcomeStream: true,
+  /** The worker's lease when LEASE_SECONDS is unset (the stack always sets it from the timeout). */
+  leaseSeconds: 900,
+  /** Visibility of a message returned for a retry, × TIME_SCALE, at least 1 s. */
+  retryDelaySeconds: 30,
+} as const;

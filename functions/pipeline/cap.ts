@@ -1,0 +1,364 @@
+import {
+  DeleteFunctionConcurrencyCommand,
+  type LambdaClient,
+  PutFunctionConcurrencyCommand,
+  UpdateEventSourceMappingCommand,
+} from '@aws-sdk/client-lambda';
+import type { ThreadsInfo } from '../captchaai/types.js';
+import { type Env, optionalNumber, requireString } from '../common/env.js';
+import { ConfigError, StopClassError } from '../common/errors.js';
+import { DEFAULTS } from '../common/settings.js';
+import {
+  type CapKnobs,
+  type CapSettings,
+  capInForce,
+  computeCap,
+  MAX_MAPPING_MAX_CONCURRENCY,
+  MIN_MAPPING_MAX_CONCURRENCY,
+  mappingMaximumFor,
+  readCap,
+} from './cap-policy.js';
+import { type PipelineControl, type PipelineState, stopReason } from './control.js';
+
+/**
+ * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
+ * cap a plan allows, the cap in force, the mapping maximum for a cap) is in ./cap-policy.ts.
+ */
+
+/** Who the adjuster says it is in the pipeline state. */
+export const ADJUSTER_ACTOR = 'cap-adjuster';
+/** Our code for "threadsinfo reports a plan of 0 threads". */
+export const NO_ACTIVE_PLAN = 'NO_ACTIVE_PLAN';
+
+/** Reads the adjuster's configuration from its environment (see infra/constructs/cap-adjuster.ts). */
+export interface CapAdjusterConfig extends CapSettings {
+  workerFunctionName: string;
+  queueArn: string;
+  stateParameterName: string;
+  captchaaiUrl: string;
+  secretName: string;
+}
+
+/** The cap settings in the adjuster's environment (`threadgate status` reads them back the same way). */
+export function readCapSettings(env: Env): CapSettings {
+  const limits = { min: 1, max: MAX_MAPPING_MAX_CONCURRENCY, integer: true };
+  const minCap = optionalNumber(env, 'MIN_CAP', DEFAULTS.minCap, limits);
+  const maxCap = optionalNumber(env, 'MAX_CAP', DEFAULTS.maxCap, limits);
+  if (minCap > maxCap) throw new ConfigError('MIN_CAP', `must be <= MAX_CAP (${maxCap}), got ${minCap}`);
+  return {
+    reserve: optionalNumber(env, 'RESERVE', DEFAULTS.reserve, { min: 0, integer: true }),
+    minCap,
+    maxCap,
+  };
+}
+
+export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
+  return {
+    workerFunctionName: requireString(env, 'WORKER_FUNCTION_NAME'),
+    queueArn: requireString(env, 'QUEUE_ARN'),
+    stateParameterName: requireString(env, 'PIPELINE_STATE_PARAM'),
+    captchaaiUrl: requireString(env, 'CAPTCHAAI_URL'),
+    secretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
+    ...readCapSettings(env),
+  };
+}
+
+/** The subset of Powertools Metrics the adjuster uses (Count metrics, flushed by the handler). */
+export interface MetricSink {
+  addMetric(name: CapMetricName, unit: 'Count', value: number): unknown;
+}
+/** The subset of Powertools Logger the adjuster uses. */
+export interface LogSink {
+  info(message: string, extra?: Record<string, unknown>): void;
+  warn(message: string, extra?: Record<string, unknown>): void;
+}
+
+export type CapMetricName =
+  | 'PlanThreads'
+  | 'WorkingThreads'
+  | 'Cap'
+  | 'ExternalThreadsBusy'
+  | 'ReservedConcurrencyFallback'
+  | 'PipelinePaused'
+  | 'StopEvents';
+
+export interface AdjustCapDeps {
+  lambda: LambdaClient;
+  control: PipelineControl;
+  workerFunctionName: string;
+  /** CaptchaAI's threadsinfo (e.g. `() => client.threadsInfo()`). */
+  readThreads: () => Promise<ThreadsInfo>;
+  settings: CapSettings;
+  metrics?: MetricSink;
+  logger?: LogSink;
+}
+
+export type AdjustCapResult =
+  | {
+      /** `changed`: at least one knob was written; `unchanged`: both already matched. */
+      outcome: 'changed' | 'unchanged';
+      cap: number;
+      before: CapKnobs;
+      after: CapKnobs;
+      planThreads: number;
+      workingThreads: number;
+      externalThreadsBusy: number;
+      /** PutFunctionConcurrency hit the account's unreserved minimum: the mapping maximum alone limits the worker. */
+      reservedFallback: boolean;
+      /** The cap in force after the run (capInForce of `after`; 0 while paused). */
+      inForce: number | undefined;
+      paused: boolean;
+    }
+  | {
+      /** Nothing written: threadsinfo failed (network, server error) or a knob was busy (ResourceInUse). */
+      outcome: 'kept';
+      reason: string;
+      before: CapKnobs;
+      /** The cap in force, unchanged (capInForce of `before`; 0 while paused). */
+      inForce: number | undefined;
+      paused: boolean;
+    }
+  | {
+      /** A stop-class answer (or a plan of 0 threads): the pipeline is paused (or already was). */
+      outcome: 'paused';
+      code: string;
+      reason: string;
+      before: CapKnobs;
+      /** Always 0: nothing is polled while paused. */
+      inForce: 0;
+      alreadyPaused: boolean;
+    };
+
+/**
+ * One run of the cap adjuster:
+ * 1. read the pipeline state, the worker's reserved concurrency and its mapping;
+ * 2. ask threadsinfo — a stop-class answer pauses the pipeline like the worker does, any other
+ *    failure keeps the last cap (the knobs stay as they are);
+ * 3. cap = clamp(threads − reserve, min, max), written only where a knob differs: when lowering
+ *    the mapping first, when raising the reservation first, so reserved >= mapping maximum;
+ * 4. never touch the mapping's Enabled flag: a paused pipeline stays paused.
+ */
+export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
+  const { lambda, control, settings } = deps;
+  const logger = deps.logger ?? silentLogger;
+  const metric = (name: CapMetricName, value: number) => deps.metrics?.addMetric(name, 'Count', value);
+
+  const {
+    state,
+    mapping,
+    knobs: before,
+    paused,
+    cap: inForceBefore,
+  } = await readCap({ lambda, control, workerFunctionName: deps.workerFunctionName });
+  // What the knobs hold while running (the pause aside): the baseline for lowering or raising.
+  const effectiveBefore = capInForce(before);
+
+  let info: ThreadsInfo;
+  try {
+    info = await deps.readThreads();
+  } catch (err) {
+    if (err instanceof StopClassError) {
+      return pauseFor(deps, state, before, err.code, stopReason(err.code, err.message, 'threadsinfo'));
+    }
+    // Network errors, 5xx, ERROR_SERVER_ERROR, unreadable answers: the plan did not change as
+    // far as we know, so the last cap stands.
+    logger.warn('threadsinfo failed; keeping the last cap', {
+      error: describe(err),
+      cap: effectiveBefore,
+    });
+    if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
+    metric('PipelinePaused', paused ? 1 : 0);
+    return {
+      outcome: 'kept',
+      reason: `threadsinfo failed: ${describe(err)}`,
+      before,
+      inForce: inForceBefore,
+      paused,
+    };
+  }
+
+  metric('PlanThreads', info.threads);
+  metric('WorkingThreads', info.workingThreads);
+  if (info.threads <= 0) {
+    return pauseFor(
+      deps,
+      state,
+      before,
+      NO_ACTIVE_PLAN,
+      'CaptchaAI reports a plan of 0 threads (no active plan)',
+    );
+  }
+
+  const cap = computeCap(info.threads, settings);
+  // Our own in-flight solves are at most the cap that was in force (the worker's live
+  // concurrency is not known here without CloudWatch's lagging metric), so this is a lower
+  // bound of the threads busy elsewhere.
+  const ours = Math.min(info.workingThreads, effectiveBefore ?? cap);
+  const external = Math.max(0, info.workingThreads - ours);
+  metric('ExternalThreadsBusy', external);
+  if (external > settings.reserve) {
+    logger.warn('more threads are busy outside this pipeline than the reserve allows for', {
+      externalThreadsBusy: external,
+      reserve: settings.reserve,
+      planThreads: info.threads,
+      workingThreads: info.workingThreads,
+    });
+  }
+
+  const after: CapKnobs = { ...before };
+  let changed = false;
+  let reservedFallback = false;
+
+  const setReserved = async (): Promise<void> => {
+    if (before.reservedConcurrency === cap) return;
+    try {
+      await lambda.send(
+        new PutFunctionConcurrencyCommand({
+          FunctionName: deps.workerFunctionName,
+          ReservedConcurrentExecutions: cap,
+        }),
+      );
+      after.reservedConcurrency = cap;
+      changed = true;
+    } catch (err) {
+      if (!isUnreservedMinimumError(err)) throw err;
+      reservedFallback = true;
+      // A smaller reservation left in place would throttle below the mapping maximum and burn
+      // receive counts, so drop it and let the mapping maximum alone hold the cap.
+      if (before.reservedConcurrency !== undefined) {
+        await lambda.send(new DeleteFunctionConcurrencyCommand({ FunctionName: deps.workerFunctionName }));
+        after.reservedConcurrency = undefined;
+        changed = true;
+      }
+      logger.warn(
+        'cannot reserve concurrency for the worker (account unreserved minimum); the mapping maximum alone limits it',
+        {
+          cap,
+          error: describe(err),
+          ...(cap < MIN_MAPPING_MAX_CONCURRENCY
+            ? {
+                note: `a cap of ${cap} cannot be held by the mapping alone; it allows ${MIN_MAPPING_MAX_CONCURRENCY}`,
+              }
+            : {}),
+        },
+      );
+    }
+  };
+
+  const setMapping = async (): Promise<void> => {
+    // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
+    const wanted = mappingMaximumFor(cap, !reservedFallback && after.reservedConcurrency !== undefined);
+    if (after.mappingMaximum === wanted) return;
+    await lambda.send(
+      new UpdateEventSourceMappingCommand({
+        UUID: mapping.uuid,
+        // Never Enabled: a paused pipeline stays paused. `{}` removes the maximum.
+        ScalingConfig: wanted === undefined ? {} : { MaximumConcurrency: wanted },
+      }),
+    );
+    after.mappingMaximum = wanted;
+    changed = true;
+  };
+
+  try {
+    if (effectiveBefore !== undefined && cap < effectiveBefore) {
+      await setMapping();
+      await setReserved();
+      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
+      // keeps the mapping minimum when the reservation failed.
+      await setMapping();
+    } else {
+      await setReserved();
+      await setMapping();
+    }
+  } catch (err) {
+    if (!isBusyError(err)) throw err;
+    logger.warn('a concurrency knob is busy being updated; trying again next run', {
+      cap,
+      error: describe(err),
+      ...after,
+    });
+    if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
+    metric('PipelinePaused', paused ? 1 : 0);
+    return { outcome: 'kept', reason: `busy: ${describe(err)}`, before, inForce: inForceBefore, paused };
+  }
+
+  metric('Cap', cap);
+  metric('ReservedConcurrencyFallback', reservedFallback ? 1 : 0);
+  metric('PipelinePaused', paused ? 1 : 0);
+  if (changed) {
+    logger.info('cap changed', {
+      cap,
+      before,
+      after,
+      planThreads: info.threads,
+      reserve: settings.reserve,
+      paused,
+    });
+  }
+  return {
+    outcome: changed ? 'changed' : 'unchanged',
+    cap,
+    before,
+    after,
+    planThreads: info.threads,
+    workingThreads: info.workingThreads,
+    externalThreadsBusy: external,
+    reservedFallback,
+    inForce: capInForce(after, paused),
+    paused,
+  };
+}
+
+async function pauseFor(
+  deps: AdjustCapDeps,
+  state: PipelineState,
+  before: CapKnobs,
+  code: string,
+  reason: string,
+): Promise<AdjustCapResult> {
+  const logger = deps.logger ?? silentLogger;
+  deps.metrics?.addMetric('PipelinePaused', 'Count', 1);
+  if (state.paused) {
+    // Keep the first reason: it is the one the operator needs.
+    logger.warn('stop-class answer while already paused', {
+      code,
+      pausedSince: state.since,
+      pausedFor: state.code,
+    });
+    return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: true };
+  }
+  deps.metrics?.addMetric('StopEvents', 'Count', 1);
+  logger.warn('pausing the pipeline', { code, reason });
+  await deps.control.pause(reason, ADJUSTER_ACTOR, code);
+  return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: false };
+}
+
+/** "…decreases account's UnreservedConcurrentExecution below its minimum value of [100]." */
+export function isUnreservedMinimumError(err: unknown): boolean {
+  const e = err as { name?: string; message?: string };
+  return (
+    (e.name === 'InvalidParameterValueException' || e.name === 'LimitExceededException') &&
+    /UnreservedConcurrentExecution/i.test(e.message ?? '')
+  );
+}
+
+/** The mapping or function is mid-update; the same write succeeds a little later. */
+function isBusyError(err: unknown): boolean {
+  const name = (err as { name?: string }).name;
+  return (
+    name === 'ResourceInUseException' ||
+    name === 'ResourceConflictException' ||
+    name === 'TooManyRequestsException'
+  );
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    return `${err.name}${typeof code === 'string' ? ` ${code}` : ''}: ${err.message}`;
+  }
+  return String(err);
+}
+
+const silentLogger: LogSink = { info() {}, warn() {} };

@@ -1,0 +1,161 @@
+import {
+  GetEventSourceMappingCommand,
+  type LambdaClient,
+  ListEventSourceMappingsCommand,
+  UpdateEventSourceMappingCommand,
+} from '@aws-sdk/client-lambda';
+import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { ThreadgateError } from '../common/errors.js';
+
+/**
+ * Pausing and resuming the pipeline. A pause disables the worker's SQS event source mapping
+ * (messages wait in the queue, their receive counts untouched) and records why in an SSM
+ * parameter that the worker, the cap adjuster and the CLI all read. Only an operator resumes.
+ */
+export interface PipelineState {
+  paused: boolean;
+  /** Human-readable reason, e.g. "CaptchaAI answered ERROR_WRONG_USER_KEY". */
+  reason?: string;
+  /** Error code that caused the pause, when an error did. */
+  code?: string;
+  /** ISO timestamp of the last change. */
+  since?: string;
+  /** Who changed it: `worker`, `cap-adjuster`, `operator`. */
+  by?: string;
+}
+
+export interface PipelineControlDeps {
+  lambda: LambdaClient;
+  ssm: SSMClient;
+  /** SSM parameter holding the JSON PipelineState. */
+  stateParameterName: string;
+  /** The worker function whose mapping is paused. */
+  workerFunctionName: string;
+  /** The jobs queue ARN (the mapping's event source). */
+  queueArn: string;
+  /** Clock, for tests. */
+  now?: () => Date;
+  /** Waits between ResourceInUse retries; tests pass a fast one. */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * The pause reason for a stop-class CaptchaAI answer, said once. The error's message usually
+ * already reads "CaptchaAI answered CODE: why"; it is not wrapped in a second "CaptchaAI
+ * answered …". `call` names the CaptchaAI call that got the answer (e.g. threadsinfo).
+ */
+export function stopReason(code: string, message: string, call?: string): string {
+  const lead = `CaptchaAI answered ${code}`;
+  const rest = message.startsWith(lead) ? message.slice(lead.length) : message ? `: ${message}` : '';
+  return `${lead}${call ? ` to ${call}` : ''}${rest}`;
+}
+
+export class PipelineControlError extends ThreadgateError {
+  override name = 'PipelineControlError';
+}
+
+export interface MappingInfo {
+  uuid: string;
+  enabled: boolean;
+  state: string;
+  batchSize?: number;
+  maximumConcurrency?: number;
+}
+
+export class PipelineControl {
+  private mappingUuid: string | undefined;
+  private readonly now: () => Date;
+  private readonly sleep: (ms: number) => Promise<void>;
+
+  constructor(private readonly deps: PipelineControlDeps) {
+    this.now = deps.now ?? (() => new Date());
+    this.sleep = deps.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+  }
+
+  /** The UUID of the worker's mapping from the jobs queue, looked up once. */
+  async findMappingUuid(): Promise<string> {
+    if (this.mappingUuid) return this.mappingUuid;
+    const out = await this.deps.lambda.send(
+      new ListEventSourceMappingsCommand({
+        FunctionName: this.deps.workerFunctionName,
+        EventSourceArn: this.deps.queueArn,
+      }),
+    );
+    const uuid = out.EventSourceMappings?.find((m) => m.EventSourceArn === this.deps.queueArn)?.UUID;
+    if (!uuid) {
+      throw new PipelineControlError(
+        `no event source mapping from ${this.deps.queueArn} to ${this.deps.workerFunctionName}; is the stack deployed?`,
+      );
+    }
+    this.mappingUuid = uuid;
+    return uuid;
+  }
+
+  async readMapping(): Promise<MappingInfo> {
+    const uuid = await this.findMappingUuid();
+    const m = await this.deps.lambda.send(new GetEventSourceMappingCommand({ UUID: uuid }));
+    const state = m.State ?? 'Unknown';
+    return {
+      uuid,
+      state,
+      enabled: state === 'Enabled' || state === 'Enabling' || state === 'Updating',
+      batchSize: m.BatchSize,
+      maximumConcurrency: m.ScalingConfig?.MaximumConcurrency,
+    };
+  }
+
+  async readState(): Promise<PipelineState> {
+    try {
+      const out = await this.deps.ssm.send(new GetParameterCommand({ Name: this.deps.stateParameterName }));
+      const parsed = JSON.parse(out.Parameter?.Value ?? '{}') as Partial<PipelineState>;
+      return { ...parsed, paused: parsed.paused === true };
+    } catch (err) {
+      if ((err as { name?: string }).name === 'ParameterNotFound') return { paused: false };
+      throw err;
+    }
+  }
+
+  /** Disable the mapping first (that is what stops new work), then record the reason. */
+  async pause(reason: string, by: string, code?: string): Promise<PipelineState> {
+    await this.setMappingEnabled(false);
+    const state: PipelineState = { paused: true, reason, code, since: this.now().toISOString(), by };
+    await this.writeState(state);
+    return state;
+  }
+
+  /** Record the resume first, then enable the mapping, so a worker never sees an enabled mapping with a stale pause. */
+  async resume(by: string, reason = 'resumed by operator'): Promise<PipelineState> {
+    const state: PipelineState = { paused: false, reason, since: this.now().toISOString(), by };
+    await this.writeState(state);
+    await this.setMappingEnabled(true);
+    return state;
+  }
+
+  private async writeState(state: PipelineState): Promise<void> {
+    await this.deps.ssm.send(
+      new PutParameterCommand({
+        Name: this.deps.stateParameterName,
+        Value: JSON.stringify(state),
+        Type: 'String',
+        Overwrite: true,
+      }),
+    );
+  }
+
+  private async setMappingEnabled(enabled: boolean): Promise<void> {
+    const uuid = await this.findMappingUuid();
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.deps.lambda.send(new UpdateEventSourceMappingCommand({ UUID: uuid, Enabled: enabled }));
+        return;
+      } catch (err) {
+        // The mapping answers ResourceInUse while an earlier update is still being applied.
+        if ((err as { name?: string }).name === 'ResourceInUseException' && attempt < 5) {
+          await this.sleep(500 * attempt);
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+}

@@ -1,0 +1,143 @@
+import {
+  BadTaskError,
+  CaptchaError,
+  InvalidJobError,
+  PollTimeoutError,
+  StopClassError,
+  TargetError,
+  TransientError,
+  UnsolvableError,
+} from '../common/errors.js';
+import type { ClaimResult } from './store.js';
+
+/** Why a claim was refused. */
+type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
+
+/**
+ * THE place where an error or a result becomes what happens to a record. The worker's
+ * effects (functions/worker/effects.ts) carry the decision out; nothing else inspects error
+ * classes or picks an outcome.
+ *
+ * decideOutcome — an error met while working a record:
+ * | error                                   | decision                                                     |
+ * |-----------------------------------------|--------------------------------------------------------------|
+ * | any error once the invocation is ending | retry ABORTED, lease kept (as a killed invocation leaves it)  |
+ * | InvalidJobError with a record key       | `rejected` row, reason naming the field                      |
+ * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
+ * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
+ * | PollTimeoutError                        | `failed` with its code (POLL_TIMEOUT, SUBMIT_ANSWER_UNREADABLE), then hold the slot for the cool-down |
+ * | TransientError, receives < limit        | retry: batch item failure, claim released                    |
+ * | TransientError, receives >= limit       | `failed` TRANSIENT_EXHAUSTED                                 |
+ * | UnsolvableError (after its resubmission)| `failed` ERROR_CAPTCHA_UNSOLVABLE                            |
+ * | BadTaskError / other CaptchaError       | `failed` with CaptchaAI's code                               |
+ * | TargetError                             | `failed` with its code (TARGET_TIMEOUT, PAGE_HTTP_404, TOKEN_EXPIRED, …) |
+ * | anything else (AWS SDK, bugs)           | retry keeping the lease while receives < limit, then `failed` INTERNAL_ERROR |
+ *
+ * decideClaimConflict — the claim was refused: `finished` → drop (a duplicate, delete it);
+ * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease, not before it expires.
+ * decideTargetResponse — the form POST answered: 2xx/3xx → `submitted` OK, else `failed`
+ * TARGET_HTTP_<status>.
+ * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
+ * delete): retry INTERNAL_ERROR, lease kept.
+ */
+export type RecordDecision =
+  | { action: 'reject'; recordKey: string; reason: string }
+  | { action: 'dlq'; errorCode: string; reason: string }
+  | { action: 'stop'; code: string; reason: string }
+  | { action: 'fail'; reason: string; cooldownMs?: number }
+  /**
+   * Batch item failure: the message comes back after its visibility timeout. `release` ends
+   * the lease so that redelivery can claim at once; without it the lease must expire first.
+   * `notBefore` (epoch ms): no retry can succeed earlier (another owner's lease), so the
+   * message stays invisible until then instead of spending its receive count on refusals.
+   */
+  | { action: 'retry'; release: boolean; reason: string; notBefore?: number }
+  /** Nothing to write: the message is a duplicate of a finished record; delete it. */
+  | { action: 'drop'; reason: string };
+
+export interface DecisionContext {
+  /** The message's ApproximateReceiveCount (this delivery included). */
+  receiveCount: number;
+  /** Transient failures are retried while receiveCount is below this. */
+  transientReceiveLimit: number;
+  /** How long a record that hit the client deadline keeps its slot. */
+  cooldownMs: number;
+  /** The invocation is ending (its deadline signal fired) while the record was being worked. */
+  aborted?: boolean;
+}
+
+export const REASON = {
+  POLL_TIMEOUT: 'POLL_TIMEOUT',
+  TRANSIENT_EXHAUSTED: 'TRANSIENT_EXHAUSTED',
+  INTERNAL_ERROR: 'INTERNAL_ERROR',
+  INVALID_JOB: 'INVALID_JOB',
+  ABORTED: 'ABORTED',
+  LEASED_ELSEWHERE: 'LEASED_ELSEWHERE',
+  ALREADY_FINISHED: 'ALREADY_FINISHED',
+  OK: 'OK',
+} as const;
+
+export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecision {
+  if (ctx.aborted) {
+    // Left as a killed invocation would leave it: no final write, no release; the lease keeps
+    // redeliveries from solving it again until it expires.
+    return { action: 'retry', release: false, reason: REASON.ABORTED };
+  }
+  if (err instanceof InvalidJobError) {
+    return err.recordKey !== undefined
+      ? { action: 'reject', recordKey: err.recordKey, reason: err.reason }
+      : { action: 'dlq', errorCode: REASON.INVALID_JOB, reason: err.reason };
+  }
+  if (err instanceof StopClassError) {
+    return { action: 'stop', code: err.code, reason: err.message };
+  }
+  if (err instanceof PollTimeoutError) {
+    // The abandoned task may still hold a CaptchaAI thread: never resubmit, keep the slot a while.
+    // The code says which: POLL_TIMEOUT, or SUBMIT_ANSWER_UNREADABLE (in.php's answer was lost).
+    return { action: 'fail', reason: err.code || REASON.POLL_TIMEOUT, cooldownMs: ctx.cooldownMs };
+  }
+  if (err instanceof TransientError) {
+    return ctx.receiveCount < ctx.transientReceiveLimit
+      ? { action: 'retry', release: true, reason: err.code }
+      : { action: 'fail', reason: REASON.TRANSIENT_EXHAUSTED };
+  }
+  if (err instanceof UnsolvableError || err instanceof BadTaskError || err instanceof CaptchaError) {
+    return { action: 'fail', reason: err.code };
+  }
+  if (err instanceof TargetError) {
+    return { action: 'fail', reason: err.code };
+  }
+  // Not a domain error: an AWS call or a bug. The lease stays, so a redelivery cannot start a
+  // second solve before it expires (the failure may have happened after the post).
+  return ctx.receiveCount < ctx.transientReceiveLimit
+    ? { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR }
+    : { action: 'fail', reason: REASON.INTERNAL_ERROR };
+}
+
+export function decideClaimConflict(why: ClaimConflict, leaseExpiresAt?: number): RecordDecision {
+  // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry once the
+  // lease has expired. Retrying every few seconds instead would push a duplicate that arrives
+  // early in a long lease (after a crash, the whole lease) past maxReceiveCount into the DLQ.
+  if (why === 'finished') return { action: 'drop', reason: REASON.ALREADY_FINISHED };
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.LEASED_ELSEWHERE,
+    ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
+  };
+}
+
+const HTTP_OK_MIN = 200;
+const HTTP_OK_MAX = 399;
+
+/** The final outcome of a record whose token was posted: the target's HTTP status decides. */
+export function decideTargetResponse(httpStatus: number): { status: 'submitted' | 'failed'; reason: string } {
+  return httpStatus >= HTTP_OK_MIN && httpStatus <= HTTP_OK_MAX
+    ? { status: 'submitted', reason: REASON.OK }
+    : { status: 'failed', reason: `TARGET_HTTP_${httpStatus}` };
+}
+
+/** The record's handling itself threw (claim, DLQ or delete call): retry it later, lease kept. */
+export function decideCrash(): RecordDecision {
+  return { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR };
+}

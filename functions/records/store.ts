@@ -1,0 +1,327 @@
+import {
+  type AttributeValue,
+  BatchGetItemCommand,
+  ConditionalCheckFailedException,
+  type DynamoDBClient,
+  GetItemCommand,
+  paginateQuery,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { FINAL_STATUSES } from './fields.js';
+
+/**
+ * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
+ * conditional, which is what makes the worker idempotent:
+ * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
+ *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why; when the
+ *   emulator leaves the row out of the error, a consistent read fetches it (see existingRow).
+ * - finish / release: only while this owner still holds the claim.
+ * - reject: only when there is no row at all (a malformed duplicate never overwrites).
+ * batch_id is set by the first claim or reject that carries one and never changed after: a
+ * record sent again under another batch keeps its first row, and so its first batch.
+ * Never stores a token or a key.
+ */
+export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'stopped';
+
+export interface OutcomeRow {
+  record_key: string;
+  batch_id?: string;
+  status: OutcomeStatus;
+  reason?: string;
+  target_status?: number;
+  /** in.php submits made for the record, over all its claims. */
+  attempts?: number;
+  captcha_type?: string;
+  solve_ms?: number;
+  created_at?: string;
+  updated_at?: string;
+  lease_owner?: string;
+  /** Epoch ms. */
+  lease_expires_at?: number;
+}
+
+export type ClaimResult =
+  | { claimed: true; leaseExpiresAt: number }
+  /** `finished`: submitted / failed / rejected. `leased`: in_progress with a live lease. */
+  | { claimed: false; why: 'finished' | 'leased'; row: OutcomeRow | undefined };
+
+export interface FinalOutcome {
+  status: 'submitted' | 'failed' | 'stopped';
+  reason: string;
+  targetStatus?: number;
+  /** in.php submits made by this claim (added to the row's attempts). */
+  attempts?: number;
+  solveMs?: number;
+}
+
+export type WriteResult = { written: true } | { written: false; row: OutcomeRow | undefined };
+
+export interface OutcomesStoreOptions {
+  client: DynamoDBClient;
+  tableName: string;
+  /** Epoch ms; leases compare against it. */
+  now?: () => number;
+}
+
+/** The final statuses: a record with one of them is finished (`stopped` is not: a redrive may claim it again). */
+export { FINAL_STATUSES };
+
+const FINISHED: ReadonlySet<string> = new Set(FINAL_STATUSES);
+
+export function isFinalStatus(status: unknown): boolean {
+  return typeof status === 'string' && FINISHED.has(status);
+}
+
+/** The global secondary index that reads one batch's rows (partition batch_id, sort updated_at). */
+export const BATCH_INDEX_NAME = 'batch_id-updated_at';
+/** BatchGetItem takes at most 100 keys per call. */
+const BATCH_GET_KEYS = 100;
+
+function s(value: string): AttributeValue {
+  return { S: value };
+}
+function n(value: number): AttributeValue {
+  return { N: String(value) };
+}
+
+function rowFrom(item: Record<string, AttributeValue> | undefined): OutcomeRow | undefined {
+  if (!item?.record_key?.S) return undefined;
+  const row: Record<string, string | number> = {};
+  for (const [key, value] of Object.entries(item)) {
+    if (value.S !== undefined) row[key] = value.S;
+    else if (value.N !== undefined) row[key] = Number(value.N);
+  }
+  return row as unknown as OutcomeRow;
+}
+
+function conditionFailed(err: unknown): err is ConditionalCheckFailedException {
+  return (
+    err instanceof ConditionalCheckFailedException ||
+    (err as { name?: string }).name === 'ConditionalCheckFailedException'
+  );
+}
+
+export class OutcomesStore {
+  private readonly now: () => number;
+
+  constructor(private readonly options: OutcomesStoreOptions) {
+    this.now = options.now ?? Date.now;
+  }
+
+  async get(recordKey: string): Promise<OutcomeRow | undefined> {
+    const out = await this.options.client.send(
+      new GetItemCommand({
+        TableName: this.options.tableName,
+        Key: { record_key: s(recordKey) },
+        ConsistentRead: true,
+      }),
+    );
+    return rowFrom(out.Item);
+  }
+
+  /** Takes the record for `leaseMs`. See the class comment for when that is allowed. */
+  async claim(
+    recordKey: string,
+    claim: { owner: string; leaseMs: number; captchaType: string; batchId?: string },
+  ): Promise<ClaimResult> {
+    const now = this.now();
+    const leaseExpiresAt = now + claim.leaseMs;
+    try {
+      await this.options.client.send(
+        new UpdateItemCommand({
+          TableName: this.options.tableName,
+          Key: { record_key: s(recordKey) },
+          ConditionExpression:
+            'attribute_not_exists(record_key) OR #status = :stopped OR (#status = :in_progress AND lease_expires_at < :now)',
+          UpdateExpression:
+            'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
+            `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
+              claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
+            } REMOVE reason, target_status, solve_ms`,
+          ExpressionAttributeNames: { '#status': 'status' },
+          ExpressionAttributeValues: {
+            ':stopped': s('stopped'),
+            ':in_progress': s('in_progress'),
+            ':now': n(now),
+            ':owner': s(claim.owner),
+            ':expires': n(leaseExpiresAt),
+            ':type': s(claim.captchaType),
+            ':iso': s(new Date(now).toISOString()),
+            ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
+          },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { claimed: true, leaseExpiresAt };
+    } catch (err) {
+      if (!conditionFailed(err)) throw err;
+      const row = await this.existingRow(recordKey, err);
+      // No row at all now (deleted since the check failed): `leased`, so the message is retried
+      // and its next claim finds the record free, rather than being dropped as finished.
+      return { claimed: false, why: row && FINISHED.has(row.status) ? 'finished' : 'leased', row };
+    }
+  }
+
+  /** The final write (or `stopped`), only while `owner` still holds the claim. */
+  async finish(recordKey: string, owner: string, outcome: FinalOutcome): Promise<WriteResult> {
+    const now = this.now();
+    const sets = ['#status = :status', 'reason = :reason', 'updated_at = :iso'];
+    const values: Record<string, AttributeValue> = {
+      ':status': s(outcome.status),
+      ':reason': s(outcome.reason),
+      ':iso': s(new Date(now).toISOString()),
+      ':owner': s(owner),
+      ':in_progress': s('in_progress'),
+      ':attempts': n(outcome.attempts ?? 0),
+      ':zero': n(0),
+    };
+    sets.push('attempts = if_not_exists(attempts, :zero) + :attempts');
+    if (outcome.targetStatus !== undefined) {
+      sets.push('target_status = :target');
+      values[':target'] = n(outcome.targetStatus);
+    }
+    if (outcome.solveMs !== undefined) {
+      sets.push('solve_ms = :solve');
+      values[':solve'] = n(Math.round(outcome.solveMs));
+    }
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      UpdateExpression: `SET ${sets.join(', ')} REMOVE lease_expires_at`,
+      ExpressionAttributeValues: values,
+    });
+  }
+
+  /**
+   * Gives the claim up without an outcome (a transient failure that will be retried): the
+   * lease ends now, so the redelivered message can claim at once.
+   */
+  async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      UpdateExpression:
+        'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts',
+      ExpressionAttributeValues: {
+        ':owner': s(owner),
+        ':in_progress': s('in_progress'),
+        ':zero': n(0),
+        ':attempts': n(attempts),
+        ':iso': s(new Date(this.now()).toISOString()),
+      },
+    });
+  }
+
+  /** `rejected` for an invalid job message; only when the record has no row yet. */
+  async reject(recordKey: string, reason: string, batchId?: string): Promise<WriteResult> {
+    const iso = new Date(this.now()).toISOString();
+    return this.conditionalUpdate(recordKey, {
+      ConditionExpression: 'attribute_not_exists(record_key)',
+      UpdateExpression: `SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso${
+        batchId === undefined ? '' : ', batch_id = :batch'
+      }`,
+      ExpressionAttributeValues: {
+        ':status': s('rejected'),
+        ':reason': s(reason),
+        ':zero': n(0),
+        ':iso': s(iso),
+        ...(batchId === undefined ? {} : { ':batch': s(batchId) }),
+      },
+    });
+  }
+
+  /**
+   * Every row of one batch, oldest update first: a Query on the batch index, page by page (no
+   * scan). The index is eventually consistent: a row written a moment ago may show its
+   * previous status, which is why waiters poll.
+   */
+  async *batchRows(batchId: string): AsyncGenerator<OutcomeRow> {
+    const pages = paginateQuery(
+      { client: this.options.client },
+      {
+        TableName: this.options.tableName,
+        IndexName: BATCH_INDEX_NAME,
+        KeyConditionExpression: 'batch_id = :batch',
+        ExpressionAttributeValues: { ':batch': s(batchId) },
+      },
+    );
+    for await (const page of pages) {
+      for (const item of page.Items ?? []) {
+        const row = rowFrom(item);
+        if (row) yield row;
+      }
+    }
+  }
+
+  /**
+   * The rows of these keys (missing keys are simply absent from the result), by BatchGetItem
+   * in chunks of 100 with strongly consistent reads; unprocessed keys are asked for again
+   * with a growing pause.
+   */
+  async getMany(
+    recordKeys: readonly string[],
+    o: { sleep?: (ms: number) => Promise<void> } = {},
+  ): Promise<Map<string, OutcomeRow>> {
+    const sleep = o.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+    const rows = new Map<string, OutcomeRow>();
+    const unique = [...new Set(recordKeys)];
+    for (let i = 0; i < unique.length; i += BATCH_GET_KEYS) {
+      let keys: Record<string, AttributeValue>[] = unique
+        .slice(i, i + BATCH_GET_KEYS)
+        .map((key) => ({ record_key: s(key) }));
+      for (let round = 0; keys.length > 0; round++) {
+        if (round > 0) await sleep(Math.min(2_000, 50 * 2 ** round));
+        const out = await this.options.client.send(
+          new BatchGetItemCommand({
+            RequestItems: { [this.options.tableName]: { Keys: keys, ConsistentRead: true } },
+          }),
+        );
+        for (const item of out.Responses?.[this.options.tableName] ?? []) {
+          const row = rowFrom(item);
+          if (row) rows.set(row.record_key, row);
+        }
+        keys = out.UnprocessedKeys?.[this.options.tableName]?.Keys ?? [];
+      }
+    }
+    return rows;
+  }
+
+  private async conditionalUpdate(
+    recordKey: string,
+    update: {
+      ConditionExpression: string;
+      UpdateExpression: string;
+      ExpressionAttributeValues: Record<string, AttributeValue>;
+    },
+  ): Promise<WriteResult> {
+    try {
+      await this.options.client.send(
+        new UpdateItemCommand({
+          TableName: this.options.tableName,
+          Key: { record_key: s(recordKey) },
+          ...update,
+          ExpressionAttributeNames: { '#status': 'status' },
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+      );
+      return { written: true };
+    } catch (err) {
+      if (!conditionFailed(err)) throw err;
+      return { written: false, row: await this.existingRow(recordKey, err) };
+    }
+  }
+
+  /**
+   * The row that made a conditional write fail. DynamoDB returns it in the error
+   * (ReturnValuesOnConditionCheckFailure=ALL_OLD), but DynamoDB Local, which LocalStack's
+   * DynamoDB runs on, has been reported to leave `Item` out for UpdateItem
+   * (github.com/aws/aws-sdk-go-v2/issues/2600; LocalStack only added ALL_OLD with DynamoDB
+   * Local 2.2.0: localstack/localstack#9040, #9984). Without the row every conflict would read
+   * as "leased" and a finished record's duplicate would be retried towards the DLQ, so read it
+   * (consistently: the write that beat us must be visible) before deciding.
+   */
+  private async existingRow(
+    recordKey: string,
+    err: ConditionalCheckFailedException,
+  ): Promise<OutcomeRow | undefined> {
+    return rowFrom(err.Item) ?? (await this.get(recordKey));
+  }
+}

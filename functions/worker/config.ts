@@ -1,0 +1,82 @@
+import { DEFAULT_TIMINGS, readTimingsFromEnv, type SolveTimingsOverrides } from '../captchaai/timings.js';
+import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
+import { ConfigError } from '../common/errors.js';
+import { DEFAULTS } from '../common/settings.js';
+import { type Allowlist, parseAllowlist } from '../target/allowlist.js';
+
+/**
+ * The worker's configuration, read once per instance from the environment the stack sets
+ * (docs/design.md "Worker environment") and validated; errors name the variable.
+ */
+export interface WorkerConfig {
+  tableName: string;
+  queueUrl: string;
+  queueArn: string;
+  dlqUrl: string;
+  pipelineStateParam: string;
+  captchaAiUrl: string;
+  captchaAiSecretName: string;
+  /** Multiplies CaptchaAI waits and token lifetimes (tests and the local stack use < 1). */
+  timeScale: number;
+  /** CaptchaAI waits overridden through CAPTCHAAI_POLL_INTERVAL_MS and friends (CaptchaAI's defaults otherwise). */
+  captchaTimings: SolveTimingsOverrides;
+  allowlist: Allowlist;
+  /** Lease of a claim. Must exceed the function timeout, so a killed invocation's record is not re-solved while it could still be running. */
+  leaseMs: number;
+  /** Transient failures are retried while ApproximateReceiveCount is below this; keep it below the queue's maxReceiveCount. */
+  transientReceiveLimit: number;
+  /** Timeout of each HTTP exchange with the target site. */
+  targetTimeoutMs: number;
+  /** How long a record that hit the client deadline keeps its slot (not time-scaled). */
+  cooldownMs: number;
+  /** Visibility given to a message returned for a retry (transient error, record leased elsewhere), in seconds. */
+  retryDelaySeconds: number;
+  /** The worker's own function name (the pipeline pause finds its mapping by it). */
+  functionName: string;
+}
+
+/**
+ * Calls to CaptchaAI are real network round trips: time scaling (tests, the local stack) must not
+ * shrink their timeout below this, or a submit that reached CaptchaAI but answered a little late
+ * is retried and becomes a second task for the same record.
+ */
+export const MIN_CAPTCHAAI_HTTP_TIMEOUT_MS = 5_000;
+
+export function readWorkerConfig(env: Env = process.env): WorkerConfig {
+  const timeScale = optionalNumber(env, 'TIME_SCALE', DEFAULTS.timeScale, { min: 0.0001, max: 100 });
+  const captchaTimings = readTimingsFromEnv(env).timings;
+  const httpTimeoutMs = captchaTimings.httpTimeoutMs ?? DEFAULT_TIMINGS.httpTimeoutMs;
+  // The client multiplies every timing by the time scale; undo that for the floor.
+  captchaTimings.httpTimeoutMs = Math.max(httpTimeoutMs, MIN_CAPTCHAAI_HTTP_TIMEOUT_MS / timeScale);
+  const allowedHosts = optionalList(env, 'ALLOWED_HOSTS');
+  if (allowedHosts.length === 0) {
+    throw new ConfigError('ALLOWED_HOSTS', 'is required: a comma list of target hosts (exact or *.suffix)');
+  }
+  return {
+    tableName: requireString(env, 'TABLE_NAME'),
+    queueUrl: requireString(env, 'QUEUE_URL'),
+    queueArn: requireString(env, 'QUEUE_ARN'),
+    dlqUrl: requireString(env, 'DLQ_URL'),
+    pipelineStateParam: requireString(env, 'PIPELINE_STATE_PARAM'),
+    captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', DEFAULTS.captchaaiUrl),
+    captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
+    timeScale,
+    // TIME_SCALE, not CAPTCHAAI_TIME_SCALE, scales the worker: only the waits are read here.
+    captchaTimings,
+    allowlist: parseAllowlist(allowedHosts),
+    leaseMs: optionalNumber(env, 'LEASE_SECONDS', DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
+    transientReceiveLimit: optionalNumber(env, 'TRANSIENT_RECEIVE_LIMIT', DEFAULTS.transientReceiveLimit, {
+      min: 1,
+      integer: true,
+    }),
+    targetTimeoutMs: optionalNumber(env, 'TARGET_TIMEOUT_MS', DEFAULTS.targetTimeoutMs, { min: 1 }),
+    cooldownMs: optionalNumber(env, 'COOLDOWN_MS', DEFAULTS.cooldownMs, { min: 0 }),
+    retryDelaySeconds: optionalNumber(
+      env,
+      'RETRY_DELAY_SECONDS',
+      Math.max(1, Math.round(DEFAULTS.retryDelaySeconds * timeScale)),
+      { min: 0, max: 43_200, integer: true },
+    ),
+    functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
+  };
+}

@@ -1,0 +1,320 @@
+"""Launch moto's server for threadgate's local stack.
+
+moto runs an enabled SQS event source mapping itself, synchronously inside SendMessage,
+by invoking the function in Docker. These machines have no Docker engine, so that path
+fails after bumping the message's receive count. threadgate's local runtime is the poller,
+so this launcher makes every queue's mapping registry a write-only sink: moto still stores
+and reports the mappings through the Lambda API, but SendMessage never invokes anything.
+DynamoDB stream mappings get the same treatment (moto would invoke inside each table write).
+
+moto also checks a DynamoDB ConditionExpression and applies the write without a lock, so two
+concurrent conditional writes to one item can both succeed (measured: 5 concurrent claims of
+one key had more than one winner in 16 of 40 rounds). Real DynamoDB never allows that and
+threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes,
+and every change to an SQS queue's messages (one message must never go to two receivers, and
+a delete must not undo another delete or drop a send).
+
+It also answers one route of its own, WAKE_PATH, for the local runtime's pollers: a wait that
+returns when a queue has visible messages or an event source mapping's settings change, without
+receiving anything (see _wake below).
+
+Prints one JSON line {"port": N} on stdout once the server listens, then serves until
+stdin closes or the process is signalled.
+"""
+
+import argparse
+import functools
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from urllib.parse import parse_qs
+
+try:
+    import moto.backends as moto_backends
+    from moto.awslambda.models import lambda_backends
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.dynamodb.models.table import Table as DynamoDBTable
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DEFAULT_SERVICE_REGION,
+        DomainDispatcherApplication,
+        create_backend_app,
+    )
+    from moto.sqs import models as sqs_models
+    from werkzeug.serving import make_server
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    sys.stderr.write(
+        "threadgate: python3 cannot import moto's server (%s).\n"
+        "Install it with: python3 -m pip install 'moto[server]>=5,<6'\n" % exc
+    )
+    sys.exit(3)
+
+
+class _Sink(dict):
+    """A mapping registry that forgets whatever is put in it."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def _no_queue_mappings(self):
+    return _Sink()
+
+
+def _ignore(self, value):
+    pass
+
+
+sqs_models.Queue.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
+# The same for a DynamoDB table's stream mappings: moto would invoke the function (in Docker)
+# inside every write to the table, and empty the stream when that returned. The local runtime
+# reads the stream through the DynamoDB Streams API instead.
+DynamoDBTable.lambda_event_source_mappings = property(_no_queue_mappings, _ignore)
+
+# A queue created by CloudFormation gets moto's AWS-style URL (https://sqs.REGION.amazonaws.com/…)
+# as its Ref, so stack outputs and function environments carry a host that is not the emulator,
+# and the AWS SDK for JavaScript sends requests to a QueueUrl's own host unless the client sets
+# an explicit endpoint. Like LocalStack, hand out URLs on the emulator itself instead. (Queues
+# created through the SQS API already get the request's host.)
+_base_url = {"value": None}
+
+
+def _queue_url(self):
+    if _base_url["value"]:
+        return f"{_base_url['value']}/{self.account_id}/{self.name}"
+    return f"https://sqs.{self.region}.amazonaws.com/{self.account_id}/{self.name}"
+
+
+sqs_models.Queue.physical_resource_id = property(_queue_url)
+
+_dynamodb_write_lock = threading.RLock()
+
+
+def _under(lock, method):
+    """`method`, run while holding `lock`."""
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with lock:
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+for _name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
+    if hasattr(DynamoDBBackend, _name):
+        setattr(DynamoDBBackend, _name, _under(_dynamodb_write_lock, getattr(DynamoDBBackend, _name)))
+
+# moto's SQS changes a queue's message list without a lock too. Two concurrent receives were
+# handed the same message; a delete rebuilds the list and assigns it back, so a delete running
+# beside another delete brings that one's message back (it is received again after its
+# visibility timeout: measured, 15 of 5,250 deletes in a 50-slot load run), and beside a send it
+# drops the new message. Every change to a queue's messages (a receive pass, a send, a delete, a
+# visibility change, a purge) runs under one lock here. A long poll waits for new messages
+# outside it (moto's own condition wakes it), so receives stay concurrent like Lambda's pollers
+# and a waiting long poll never holds up another call. Reentrant: a batch delete calls the single
+# one, and a receive pass moves messages to a dead-letter queue with add_message.
+_sqs_queue_lock = threading.RLock()
+_receive_message = sqs_models.SQSBackend.receive_message
+
+
+def _locked_receive(self, queue_name, count, wait_seconds_timeout, visibility_timeout, *args, **kwargs):
+    end = time.monotonic() + (wait_seconds_timeout or 0)
+    while True:
+        with _sqs_queue_lock:
+            result = _receive_message(self, queue_name, count, 0, visibility_timeout, *args, **kwargs)
+        left = end - time.monotonic()
+        if result or left <= 0:
+            return result
+        self.get_queue(queue_name).wait_for_messages(min(left, 1.0))
+
+
+sqs_models.SQSBackend.receive_message = _locked_receive
+sqs_models.Queue.add_message = _under(_sqs_queue_lock, sqs_models.Queue.add_message)
+sqs_models.Queue.delete_message = _under(_sqs_queue_lock, sqs_models.Queue.delete_message)
+for _name in ("change_message_visibility", "purge_queue"):
+    setattr(sqs_models.SQSBackend, _name, _under(_sqs_queue_lock, getattr(sqs_models.SQSBackend, _name)))
+
+# Routing. moto's dispatcher picks each request's backend under one lock shared by every request,
+# and inside it lists moto's package directory on disk (an isdir call per entry) and then tries
+# the URL patterns of every backend. threadgate sends everything to one host, so each call to the
+# emulator waited there for every other: profiling a benchmark at time scale 0.2 found about two
+# fifths of the server's request-handling samples in that routing, most of them waiting for the
+# lock. The directory listing is fixed for the process and a host's backend does not change, so
+# both are computed once; the lock now guards only the one-time creation of a backend's app.
+_moto_modules = frozenset(moto_backends.list_of_moto_modules())
+moto_backends.list_of_moto_modules = lambda: _moto_modules
+_backend_of_host = {}
+_backend_for_host = DomainDispatcherApplication.get_backend_for_host
+
+
+def _cached_backend_for_host(self, host):
+    if host not in _backend_of_host:
+        _backend_of_host[host] = _backend_for_host(self, host)
+    return _backend_of_host[host]
+
+
+def _get_application(self, environ):
+    """moto's get_application, with the backend found outside the lock (see above)."""
+    path_info = environ.get("PATH_INFO", "")
+    if isinstance(path_info, bytes):
+        path_info = path_info.decode("utf-8")
+    if path_info.startswith("/moto-api") or path_info == "/favicon.ico":
+        host = "moto_api"
+    elif path_info.startswith("/latest/meta-data/") or path_info.startswith("/latest/api/"):
+        host = "instance_metadata"
+    else:
+        host = None
+    backend = self.get_backend_for_host(host)
+    if not backend:
+        host = self.infer_service_region_host(environ, path_info)
+        if host is None:
+            service, region = DEFAULT_SERVICE_REGION
+            host = f"{service}.{region}.amazonaws.com"
+        backend = self.get_backend_for_host(host)
+    app = self.app_instances.get(backend)
+    if app is None:
+        with self.lock:
+            app = self.app_instances.get(backend)
+            if app is None:
+                app = self.create_app(backend)
+                self.app_instances[backend] = app
+    return app
+
+
+DomainDispatcherApplication.get_backend_for_host = _cached_backend_for_host
+DomainDispatcherApplication.get_application = _get_application
+
+# Many server threads share one GIL: with Python's default 5 ms switch interval a short request
+# that wakes while another thread computes waits up to 5 ms each time it needs the GIL back
+# (after every socket read and write). A shorter interval trades a little throughput for much
+# shorter waits, which is what the functions' serial calls feel.
+sys.setswitchinterval(0.001)
+
+# werkzeug logs every request to stderr, coloured, under a lock: a few per cent of the server's
+# time, and nobody reads it (local/emulator/moto.ts keeps only the tail, for errors, which still appear).
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+# The local runtime's wake-up (local/runtime/pollers/queue-watch.ts). Lambda's pollers long-poll, so a
+# message sent to an empty queue is picked up at once; a long ReceiveMessage here would take a
+# message even after the mapping was disabled while it waited (its receive count grows). This
+# wait receives nothing: it returns as soon as the queue has a visible message (when asked to)
+# or the mapping's settings (or its function's reserved concurrency) differ from the version the
+# caller already has, so a poller sleeps until there is work and learns of a disable or a new cap
+# within CHECK_S, without reading the mapping before every receive.
+WAKE_PATH = "/_threadgate/wake"
+CHECK_S = 0.05
+MAX_WAIT_S = 20.0
+_MAPPING_FIELDS = ("State", "BatchSize", "ScalingConfig", "FunctionResponseTypes")
+
+
+def _mapping_view(account, region, uuid):
+    """The mapping's settings and its function's reserved concurrency: what a poller's limit rests on."""
+    backend = lambda_backends[account][region]
+    esm = backend.get_event_source_mapping(uuid)
+    if esm is None:
+        return None
+    conf = esm.get_configuration()
+    view = {k: conf[k] for k in _MAPPING_FIELDS if k in conf}
+    try:
+        reserved = backend.get_function(esm.function_arn).reserved_concurrency
+    except Exception:  # the function is gone: the mapping alone
+        reserved = None
+    view["ReservedConcurrentExecutions"] = None if reserved is None else int(reserved)
+    return view
+
+
+def _wake(environ):
+    q = parse_qs(environ.get("QUERY_STRING", ""))
+
+    def one(name, default=""):
+        return (q.get(name) or [default])[0]
+
+    _, _, _, region, account, queue_name = one("queue_arn").split(":")
+    uuid = one("mapping")
+    seen = one("seen")
+    want_messages = one("messages") == "1"
+    end = time.monotonic() + min(float(one("timeout", "10")), MAX_WAIT_S)
+    queue = sqs_models.sqs_backends[account][region].get_queue(queue_name)
+    while True:
+        mapping = _mapping_view(account, region, uuid)
+        version = json.dumps(mapping, sort_keys=True)
+        visible = len(queue.messages)
+        if version != seen or (want_messages and visible) or time.monotonic() >= end:
+            return {"mapping": mapping, "version": version, "visible": visible}
+        with queue._messages_lock:
+            # New messages notify this condition; a message whose visibility timeout ran out
+            # does not, so the wait is cut into CHECK_S pieces (that also bounds a mapping change).
+            if not (want_messages and queue.messages):
+                queue._messages_lock.wait(min(CHECK_S, max(0.0, end - time.monotonic())))
+
+
+def _with_wake(app):
+    def wrapped(environ, start_response):
+        if environ.get("PATH_INFO") != WAKE_PATH:
+            return app(environ, start_response)
+        try:
+            body, status = json.dumps(_wake(environ)).encode(), "200 OK"
+        except Exception as exc:  # a bad query or an unknown queue: the caller falls back
+            body, status = json.dumps({"error": repr(exc)}).encode(), "400 Bad Request"
+        start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return wrapped
+
+
+class _Server(ThreadedMotoServer):
+    """moto's threaded server with the wake route in front of moto's own dispatcher."""
+
+    def _server_entry(self):
+        self._server = make_server(
+            self._ip_address, self._port, _with_wake(DomainDispatcherApplication(create_backend_app)), True
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    server = _Server(ip_address=args.host, port=args.port, verbose=False)
+    server.start()
+    _, port = server.get_host_and_port()
+    _base_url["value"] = "http://localhost:%d" % port
+    sys.stdout.write(json.dumps({"port": port}) + "\n")
+    sys.stdout.flush()
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+
+    def wait_stdin():
+        # The parent holds our stdin open; when it dies, stdin closes and we stop with it.
+        try:
+            while sys.stdin.read(1024):
+                pass
+        finally:
+            done.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+
+    def watch_parent(parent=os.getppid()):
+        # Belt and braces for a parent that dies while another process still holds our stdin.
+        while os.getppid() == parent and not done.wait(1):
+            pass
+        done.set()
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    done.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { LambdaClient } from '@aws-sdk/client-lambda';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import { SSMClient } from '@aws-sdk/client-ssm';
+import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { ConfigError } from '../../functions/common/errors.js';
+import { DEFAULTS } from '../../functions/common/settings.js';
+import { computeCap } from '../../functions/pipeline/cap-policy.js';
+import { PipelineControl } from '../../functions/pipeline/control.js';
+import {
+  clientConfig,
+  type DeployResult,
+  deployToEmulator,
+  REPO_ROOT,
+  type StackOutputs,
+  type StackSettings,
+} from '../emulator/deploy.js';
+import { type MotoServer, startMoto } from '../emulator/moto.js';
+import { checkLocalStack } from '../localstack/health.js';
+import { deployToLocalStack, localStackSettings, localStackTargetConfig } from '../localstack/target.js';
+import { LocalRuntime, type LocalRuntimeOptions, type RuntimeEvent } from '../runtime/local-runtime.js';
+import { type CaptchaStandin, type FaultRates, startCaptchaStandin } from '../standins/captchaai/standin.js';
+import { startTargetStandin, type TargetStandin } from '../standins/target.js';
+import { type ExternalCaptchaai, planThreadsOf } from './captchaai.js';
+import { newRunDir } from './run-dirs.js';
+
+/**
+ * The embedded local stack: moto (AWS), the CaptchaAI stand-in and the target-site stand-in,
+ * the real CDK app deployed to moto, and the local runtime running its functions. `threadgate
+ * local` and the end-to-end tests both build on this.
+ *
+ * With `target: 'localstack'` the same CDK app is deployed to a running LocalStack after its
+ * health/version check (local/localstack/target.ts; docs/local-stack.md "LocalStack"), LocalStack
+ * runs the functions, and the stand-ins listen on fixed ports of all interfaces, where the
+ * functions' containers reach them through the Docker host.
+ *
+ * This file starts the stack. Beside it: records.ts (the job messages a run sends),
+ * observation.ts (reading queues, outcomes, the DLQ and the cap back) and
+ * run.ts (feeding a run, its progress, "every record finished", the summary).
+ */
+export interface LocalStackOptions {
+  /** Plan threads of the CaptchaAI stand-in. @default 8 (with `captchaai`: the server's threadsinfo) */
+  threads?: number;
+  /**
+   * A CaptchaAI-compatible server (and its key) to use instead of starting the stand-in
+   * (local/stack/captchaai.ts validates it). The plan's threads come from its threadsinfo;
+   * the target stand-in verifies tokens with its `POST /verify` when it is loopback (another
+   * stand-in has one). Not with the LocalStack target.
+   */
+  captchaai?: ExternalCaptchaai;
+  /** Plan threads kept free (the cap is threads − reserve). @default 2 */
+  reserve?: number;
+  /** Multiplies CaptchaAI latencies, the client's waits and the one-minute rule. @default 0.01 */
+  timeScale?: number;
+  /** Stand-in faults from the start. */
+  faults?: Partial<FaultRates>;
+  /** The stand-in's random source for solve latencies and faults (a seeded one makes a run repeatable). @default Math.random */
+  random?: () => number;
+  /** The target stand-in's page-load and POST delays at time scale 1 (scaled like CaptchaAI's waits). @default 0 */
+  targetDelays?: { pageMs?: number; postMs?: number };
+  /** Extra infra/config.ts settings (they join the synth cache key). */
+  settings?: StackSettings;
+  /** Logs go here. @default <repo>/.local-stack/runs/<time>-<random> */
+  logDir?: string;
+  /** Synthesize even when a cached assembly exists. */
+  freshSynth?: boolean;
+  /** `moto` (default): everything here. `localstack`: deploy to a running LocalStack, which runs the functions. */
+  target?: 'moto' | 'localstack';
+  /** Phase messages ("deploying …") for a progress display. */
+  onPhase?: (message: string) => void;
+  onRuntimeEvent?: (event: RuntimeEvent) => void;
+  /** Start the local runtime in this process (moto only). false: the caller runs one, e.g. local/runtime/child-process.ts. @default true */
+  runtime?: boolean;
+}
+
+/**
+ * A running local stack. `captcha` is the CaptchaAI stand-in it started, or undefined when it
+ * uses an external server (`captchaai` option): AnyLocalStack. Stacks started without that
+ * option always have their stand-in.
+ */
+export interface LocalStack<Standin extends CaptchaStandin | undefined = CaptchaStandin> {
+  target: 'moto' | 'localstack';
+  awsEnv: Record<string, string>;
+  outputs: StackOutputs;
+  stackName: string;
+  /** The emulator and the runtime only for moto; deploy timings for both targets. */
+  moto: MotoServer | undefined;
+  deploy: DeployResult | undefined;
+  runtime: LocalRuntime | undefined;
+  captcha: Standin;
+  /** CaptchaAI's base URL as the functions use it: the stand-in's or the external server's. */
+  captchaaiUrl: string;
+  /** The target-site stand-in (forms at /form/<record key>). */
+  site: TargetStandin;
+  apiKey: string;
+  threads: number;
+  reserve: number;
+  timeScale: number;
+  logDir: string;
+  sqs: SQSClient;
+  lambda: LambdaClient;
+  ssm: SSMClient;
+  documents: DynamoDBDocumentClient;
+  control: PipelineControl;
+  stop(): Promise<void>;
+}
+
+/** A local stack with its own CaptchaAI stand-in or with an external server. */
+export type AnyLocalStack = LocalStack<CaptchaStandin | undefined>;
+
+/** The stack settings the local stack deploys with (stand-in URL and the time-scaled waits). */
+export function localSettings(o: {
+  threads: number;
+  reserve: number;
+  timeScale: number;
+  captchaaiUrl: string;
+  allowedHosts?: string[];
+  extra?: StackSettings;
+}): StackSettings {
+  return {
+    stackName: DEFAULTS.stackName,
+    timeScale: o.timeScale,
+    reserve: o.reserve,
+    // The adjuster sets the cap from threadsinfo on its first tick; start where it will land.
+    initialCap: computeCap(o.threads, {
+      reserve: o.reserve,
+      minCap: DEFAULTS.minCap,
+      maxCap: DEFAULTS.maxCap,
+    }),
+    allowedHosts: o.allowedHosts ?? ['127.0.0.1', 'localhost'],
+    captchaaiUrl: o.captchaaiUrl,
+    // Loopback targets answer at once; the cool-down after a deadline is scaled like the deadline.
+    targetTimeoutMs: 5000,
+    cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
+    ...o.extra,
+  };
+}
+
+/** How the local stack runs its local runtime (in this process, or in a child: local/runtime/child-process.ts). */
+export function localRuntimeOptions(o: {
+  awsEnv: Record<string, string>;
+  logDir: string;
+  timeScale: number;
+  apiKey: string;
+}): LocalRuntimeOptions {
+  return {
+    awsEnv: o.awsEnv,
+    logDir: o.logDir,
+    timeScale: o.timeScale,
+    redact: [o.apiKey],
+    codeCacheDir: join(REPO_ROOT, '.local-stack', 'code'),
+    prewarm: true,
+  };
+}
+
+export function startLocalStack(options?: LocalStackOptions & { captchaai?: undefined }): Promise<LocalStack>;
+export function startLocalStack(options: LocalStackOptions): Promise<AnyLocalStack>;
+export async function startLocalStack(options: LocalStackOptions = {}): Promise<AnyLocalStack> {
+  const target =
+    options.target ?? (process.env.THREADGATE_E2E_TARGET === 'localstack' ? 'localstack' : 'moto');
+  const external = options.captchaai;
+  if (external && target === 'localstack') {
+    throw new ConfigError(
+      'captchaai',
+      "an external CaptchaAI server is not supported with the LocalStack target (LocalStack's containers reach only the stand-ins' fixed ports)",
+    );
+  }
+  const reserve = options.reserve ?? 2;
+  const timeScale = options.timeScale ?? 0.01;
+  const logDir = options.logDir ?? newRunDir(join(REPO_ROOT, '.local-stack', 'runs'));
+  mkdirSync(logDir, { recursive: true });
+  const phase = options.onPhase ?? (() => undefined);
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const stopAll = async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  };
+
+  try {
+    const local = target === 'localstack';
+    // LocalStack runs the functions in containers: they reach the stand-ins on fixed ports of the
+    // host. Check that it is there (and the right version) before binding them.
+    const lsConfig = local ? localStackTargetConfig() : undefined;
+    if (lsConfig) {
+      phase(`checking LocalStack at ${lsConfig.awsEnv.AWS_ENDPOINT_URL}`);
+      await checkLocalStack(lsConfig.awsEnv.AWS_ENDPOINT_URL ?? '');
+    }
+    let threads = options.threads ?? 8;
+    let captcha: CaptchaStandin | undefined;
+    let apiKey: string;
+    let captchaaiUrl: string;
+    if (external) {
+      phase(`asking ${external.url} for its plan (threadsinfo)`);
+      threads = options.threads ?? (await planThreadsOf(external));
+      apiKey = external.apiKey;
+      captchaaiUrl = external.url;
+    } else {
+      apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
+      phase('starting the CaptchaAI stand-in');
+      const standin = await startCaptchaStandin({
+        threads,
+        apiKey,
+        timeScale,
+        faults: options.faults,
+        ...(options.random ? { random: options.random } : {}),
+        port: lsConfig?.captchaPort ?? 0,
+        host: local ? '0.0.0.0' : '127.0.0.1',
+      });
+      cleanups.push(() => standin.close());
+      captcha = standin;
+      captchaaiUrl = standin.url;
+    }
+    const targetSite = await startTargetStandin({
+      // Tokens are checked where they were issued; a remote service's tokens cannot be (and the
+      // target stand-in sends nothing off this machine), so its POSTs answer VERIFY_UNAVAILABLE.
+      captchaUrl: external && !external.loopback ? undefined : captchaaiUrl,
+      pageDelayMs: (options.targetDelays?.pageMs ?? 0) * timeScale,
+      postDelayMs: (options.targetDelays?.postMs ?? 0) * timeScale,
+      port: lsConfig?.targetPort ?? 0,
+      host: local ? '0.0.0.0' : '127.0.0.1',
+    });
+    cleanups.push(() => targetSite.close());
+    // Records must name the target as the functions see it: from LocalStack's Lambda containers
+    // that is the Docker host (THREADGATE_STANDIN_HOST, default host.docker.internal).
+    const site: TargetStandin = lsConfig
+      ? { ...targetSite, url: `http://${lsConfig.standinHost}:${targetSite.port}` }
+      : targetSite;
+
+    let moto: MotoServer | undefined;
+    let deploy: DeployResult;
+    let runtime: LocalRuntime | undefined;
+    let awsEnv: Record<string, string>;
+    if (lsConfig) {
+      awsEnv = lsConfig.awsEnv;
+      const deployed = await deployToLocalStack({
+        config: lsConfig,
+        settings: localSettings({
+          threads,
+          reserve,
+          timeScale,
+          ...localStackSettings(lsConfig),
+          extra: { ...options.settings, ...(lsConfig.stackName ? { stackName: lsConfig.stackName } : {}) },
+        }),
+        logFile: join(logDir, 'deploy.log'),
+        freshSynth: options.freshSynth,
+        onPhase: phase,
+      });
+      deploy = deployed.deploy;
+    } else {
+      phase('starting moto');
+      moto = await startMoto();
+      cleanups.push(() => moto?.stop() ?? Promise.resolve());
+      awsEnv = moto.awsEnv;
+      phase('deploying the CDK app to moto (synth is cached between runs)');
+      deploy = await deployToEmulator({
+        awsEnv,
+        apiKey,
+        settings: localSettings({
+          threads,
+          reserve,
+          timeScale,
+          captchaaiUrl,
+          extra: options.settings,
+        }),
+        logFile: join(logDir, 'deploy.log'),
+        freshSynth: options.freshSynth,
+      });
+    }
+    const runAssembly = deploy.assemblyDir;
+    cleanups.push(async () => rmSync(runAssembly, { recursive: true, force: true }));
+    const outputs = deploy.outputs;
+    const stackName = deploy.stackName;
+    if (moto && options.runtime !== false) {
+      phase('starting the local runtime');
+      runtime = await LocalRuntime.start({
+        ...localRuntimeOptions({ awsEnv, logDir, timeScale, apiKey }),
+        onEvent: options.onRuntimeEvent,
+      });
+      const started = runtime;
+      // Stop the runtime before moto: its pollers would otherwise fail against a dead endpoint.
+      cleanups.push(() => started.stop());
+    }
+
+    const config = clientConfig(awsEnv);
+    const sqs = new SQSClient(config);
+    const lambda = new LambdaClient(config);
+    const ssm = new SSMClient(config);
+    const documents = DynamoDBDocumentClient.from(new DynamoDBClient(config));
+    const control = new PipelineControl({
+      lambda,
+      ssm,
+      stateParameterName: outputs.PipelineStateParameter,
+      workerFunctionName: outputs.WorkerFunctionName,
+      queueArn: outputs.QueueArn,
+    });
+    return {
+      target,
+      awsEnv,
+      outputs,
+      stackName,
+      moto,
+      deploy,
+      runtime,
+      captcha,
+      captchaaiUrl,
+      site,
+      apiKey,
+      threads,
+      reserve,
+      timeScale,
+      logDir,
+      sqs,
+      lambda,
+      ssm,
+      documents,
+      control,
+      stop: stopAll,
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

@@ -1,0 +1,125 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  GetQueueAttributesCommand,
+  type MessageAttributeValue,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
+import { paginateScan } from '@aws-sdk/lib-dynamodb';
+import { readCap } from '../../functions/pipeline/cap-policy.js';
+import type { AnyLocalStack, LocalStack } from './local-stack.js';
+
+/** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
+
+/** The local runtime's figures for the worker's event source mapping (undefined without a runtime). */
+export function workerMapping(stack: LocalStack) {
+  return stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
+}
+
+/** The poller's concurrency comes from the deployed configuration: waits (up to 10 s) until it is `limit`. */
+export async function untilPollerLimit(stack: LocalStack, limit: number): Promise<void> {
+  for (let i = 0; i < 100 && (workerMapping(stack)?.limit ?? 0) !== limit; i++) await sleep(100);
+}
+
+export interface OutcomeRow {
+  record_key: string;
+  status: string;
+  reason?: string;
+  attempts?: number;
+  target_status?: number;
+  captcha_type?: string;
+  [key: string]: unknown;
+}
+
+export interface DlqEntry {
+  messageId: string;
+  body: string;
+  recordKey?: string;
+  errorCode?: string;
+  reason?: string;
+}
+
+export async function queueDepth(
+  stack: Pick<LocalStack, 'sqs'>,
+  queueUrl: string,
+): Promise<{ visible: number; inFlight: number }> {
+  const out = await stack.sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+    }),
+  );
+  return {
+    visible: Number(out.Attributes?.ApproximateNumberOfMessages ?? 0),
+    inFlight: Number(out.Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0),
+  };
+}
+
+/** Every outcome row (a Scan: the local tables are small). */
+export async function readOutcomes(stack: Pick<LocalStack, 'documents' | 'outputs'>): Promise<OutcomeRow[]> {
+  const rows: OutcomeRow[] = [];
+  for await (const page of paginateScan(
+    { client: stack.documents },
+    { TableName: stack.outputs.TableName },
+  )) {
+    rows.push(...((page.Items ?? []) as OutcomeRow[]));
+  }
+  return rows;
+}
+
+function attr(attrs: Record<string, MessageAttributeValue> | undefined, name: string): string | undefined {
+  return attrs?.[name]?.StringValue;
+}
+
+/**
+ * The DLQ's messages with their reason attributes. Reading receives them with a short
+ * visibility timeout, so they are back in the DLQ (for a redrive) a moment later.
+ */
+export function readDlq(
+  stack: Pick<LocalStack, 'sqs' | 'outputs'>,
+  visibilitySeconds = 2,
+): Promise<DlqEntry[]> {
+  return readMessages(stack, stack.outputs.DlqUrl, visibilitySeconds);
+}
+
+/** A queue's messages with the DLQ's reason attributes (when they carry them), read as readDlq reads. */
+export async function readMessages(
+  stack: Pick<LocalStack, 'sqs'>,
+  queueUrl: string,
+  visibilitySeconds = 2,
+): Promise<DlqEntry[]> {
+  const seen = new Map<string, DlqEntry>();
+  for (let round = 0; round < 1000; round++) {
+    const out = await stack.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        VisibilityTimeout: visibilitySeconds,
+        MessageAttributeNames: ['All'],
+      }),
+    );
+    const messages = out.Messages ?? [];
+    if (messages.length === 0) break;
+    for (const m of messages) {
+      seen.set(m.MessageId ?? '', {
+        messageId: m.MessageId ?? '',
+        body: m.Body ?? '',
+        recordKey: attr(m.MessageAttributes, 'record_key'),
+        errorCode: attr(m.MessageAttributes, 'error_code'),
+        reason: attr(m.MessageAttributes, 'reason'),
+      });
+    }
+  }
+  return [...seen.values()];
+}
+
+/** The cap in force now: the local runtime's poller limit, else (LocalStack) read back from the deployment. */
+export async function currentCap(stack: AnyLocalStack): Promise<number> {
+  const mapping = stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
+  if (mapping) return mapping.limit;
+  const reading = await readCap({
+    lambda: stack.lambda,
+    control: stack.control,
+    workerFunctionName: stack.outputs.WorkerFunctionName,
+  });
+  return reading.cap ?? 0;
+}

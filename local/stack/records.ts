@@ -1,0 +1,171 @@
+import { readFileSync } from 'node:fs';
+import type { CaptchaType } from '../../functions/captchaai/types.js';
+
+/** The job messages a local run sends: generated samples, a JSONL file, and which outcomes to expect. */
+
+const SAMPLE_TYPES = [
+  'recaptcha_v2',
+  'recaptcha_v2_invisible',
+  'recaptcha_v3',
+  'recaptcha_enterprise',
+  'turnstile',
+];
+
+/** CAPTCHA types a generated record can have (the target stand-in verifies tokens, not image answers). */
+export const MIX_TYPES: readonly CaptchaType[] = [
+  'recaptcha_v2',
+  'recaptcha_v3',
+  'recaptcha_enterprise',
+  'turnstile',
+];
+
+/** Relative weights of CAPTCHA types in generated records. */
+export type RecordMix = Partial<Record<CaptchaType, number>>;
+
+/** Reads `TYPE=WEIGHT,…` (e.g. `recaptcha_v2=3,turnstile=1`); throws a RangeError naming the bad part. */
+export function parseMix(text: string): RecordMix {
+  const mix: RecordMix = {};
+  for (const part of text
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const [type, weight = '1'] = part.split('=').map((s) => s.trim());
+    if (!MIX_TYPES.includes(type as CaptchaType)) {
+      throw new RangeError(
+        `mix: unknown or unsupported CAPTCHA type "${type}" (one of ${MIX_TYPES.join(', ')})`,
+      );
+    }
+    const w = Number(weight);
+    if (!(Number.isFinite(w) && w >= 0))
+      throw new RangeError(`mix: weight of ${type} must be a number >= 0, got "${weight}"`);
+    mix[type as CaptchaType] = w;
+  }
+  if (!Object.values(mix).some((w) => (w ?? 0) > 0))
+    throw new RangeError('mix: needs at least one type with a weight above 0');
+  return mix;
+}
+
+/**
+ * `count` types spread by weight (smooth weighted round robin: every prefix of the list is as
+ * close to the weights as whole records allow, so a partial run has the mix too).
+ */
+export function mixedTypes(count: number, mix: RecordMix): CaptchaType[] {
+  const entries = Object.entries(mix).filter(([, w]) => (w ?? 0) > 0) as [CaptchaType, number][];
+  const total = entries.reduce((n, [, w]) => n + w, 0);
+  const current = new Map(entries.map(([t]) => [t, 0]));
+  const out: CaptchaType[] = [];
+  for (let i = 0; i < count; i++) {
+    let best: CaptchaType | undefined;
+    for (const [t, w] of entries) {
+      current.set(t, (current.get(t) ?? 0) + w);
+      if (best === undefined || (current.get(t) ?? 0) > (current.get(best) ?? 0)) best = t;
+    }
+    current.set(best as CaptchaType, (current.get(best as CaptchaType) ?? 0) - total);
+    out.push(best as CaptchaType);
+  }
+  return out;
+}
+
+/** One good job message for the target stand-in, cycling through the CAPTCHA types by `index`. */
+export function goodRecord(
+  targetUrl: string,
+  sitekey: string,
+  recordKey: string,
+  index = 0,
+  type?: CaptchaType,
+): string {
+  const url = `${targetUrl}/form/${recordKey}`;
+  const base = { record_key: recordKey, sitekey, pageurl: url, submit_url: url };
+  switch (type ?? SAMPLE_TYPES[index % SAMPLE_TYPES.length]) {
+    case 'recaptcha_v2_invisible':
+      return JSON.stringify({ ...base, captcha: { type: 'recaptcha_v2', invisible: true } });
+    case 'recaptcha_v3':
+      return JSON.stringify({ ...base, captcha: { type: 'recaptcha_v3', action: 'submit', min_score: 0.7 } });
+    case 'recaptcha_enterprise':
+      return JSON.stringify({ ...base, captcha: { type: 'recaptcha_enterprise', action: 'login' } });
+    case 'turnstile':
+      return JSON.stringify({
+        ...base,
+        captcha: { type: 'turnstile' },
+        form: { email: `${recordKey}@example.test` },
+      });
+    default:
+      // The seed article's flat form: reCAPTCHA v2.
+      return JSON.stringify(base);
+  }
+}
+
+/** `count` good records of mixed types: every sample type in turn, or by the weights of `mix`. */
+export function generatedRecords(
+  targetUrl: string,
+  sitekey: string,
+  count: number,
+  prefix: string,
+  mix?: RecordMix,
+): string[] {
+  const types = mix ? mixedTypes(count, mix) : undefined;
+  return Array.from({ length: count }, (_, i) =>
+    goodRecord(targetUrl, sitekey, `${prefix}-${String(i + 1).padStart(5, '0')}`, i, types?.[i]),
+  );
+}
+
+/**
+ * The default sample: good records of every kind (or of the types of `mix`) plus a few bad
+ * ones that must get clear reasons.
+ */
+export function sampleRecords(
+  targetUrl: string,
+  sitekey: string,
+  prefix: string,
+  good = 37,
+  mix?: RecordMix,
+): string[] {
+  const records = generatedRecords(targetUrl, sitekey, good, prefix, mix);
+  const bad = [
+    // Not JSON: no record key to file it under, so it goes to the DLQ with its reason.
+    '{"record_key": "broken',
+    // A record key but no sitekey: a `rejected` outcome naming the field.
+    JSON.stringify({
+      record_key: `${prefix}-bad-nositekey`,
+      pageurl: `${targetUrl}/form/x`,
+      submit_url: `${targetUrl}/form/x`,
+    }),
+    // A private address that is not allowlisted: refused before any solve.
+    JSON.stringify({
+      record_key: `${prefix}-bad-host`,
+      sitekey,
+      pageurl: 'http://10.0.0.1/form',
+      submit_url: 'http://10.0.0.1/form',
+    }),
+  ];
+  // Spread the bad ones through the run.
+  records.splice(5, 0, bad[0]!);
+  records.splice(20, 0, bad[1]!);
+  records.splice(31, 0, bad[2]!);
+  return records;
+}
+
+/** Lines of a JSONL file, verbatim (blank lines skipped): bad input must reach the worker. */
+export function readRecordsFile(path: string): string[] {
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .map((l) => l.replace(/\r$/, ''))
+    .filter((l) => l.trim() !== '');
+}
+
+/** Record keys the worker can file an outcome under, and how many bodies have none. */
+export function expectedOutcomes(bodies: string[]): { keys: Set<string>; unkeyed: number } {
+  const keys = new Set<string>();
+  let unkeyed = 0;
+  for (const body of bodies) {
+    let key: unknown;
+    try {
+      key = (JSON.parse(body) as { record_key?: unknown })?.record_key;
+    } catch {
+      key = undefined;
+    }
+    if (typeof key === 'string' && key.trim() !== '' && key.length <= 512) keys.add(key);
+    else unkeyed++;
+  }
+  return { keys, unkeyed };
+}

@@ -1,0 +1,254 @@
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js';
+
+/**
+ * A form site for tests and the local stack. Any path serves a page (so each record can
+ * have its own pageurl, e.g. /form/<id>): the page sets a session cookie and shows a
+ * CAPTCHA widget with the stand-in's sitekey. A POST to any path checks the session cookie
+ * and verifies the token with the CaptchaAI stand-in (`POST {captchaUrl}/verify`, single
+ * use, matching sitekey and pageurl), then answers 200 or 403.
+ *
+ * Failure variants, chosen by path prefix so one stand-in serves good and bad records:
+ *   /fail-page/<status>/…   the page answers <status>
+ *   /fail-post/<status>/…   the page loads; the POST answers <status> (after verifying nothing)
+ *   /slow-page/<ms>/…       the page answers after <ms>
+ *   /slow-post/<ms>/…       the POST answers after <ms>
+ *   /redirect/<n>/…         302 to /redirect/<n-1>/…, at 0 to /… (the page)
+ *   /redirect-to/<encoded absolute URL>   302 to that URL
+ *   /hostile-page/<kind>/…  the page is a broken peer's (local/standins/hostile-reply.ts: huge, endless,
+ *                           hang-after-headers), with the session cookie
+ *   /hostile-post/<kind>/…  the page loads; the POST is verified as usual, then answered that way
+ *
+ * HTTP: GET /stats → TargetStandinStats; POST /stats/reset.
+ */
+export interface TargetStandinOptions {
+  /** 0 (default) picks a free port. */
+  port?: number;
+  /** Interface to listen on; default 127.0.0.1. */
+  host?: string;
+  /**
+   * Base URL of the CaptchaAI stand-in, whose POST /verify checks tokens. Without one (tokens
+   * of a service whose answers cannot be checked here) every POST with a token answers 502
+   * VERIFY_UNAVAILABLE.
+   */
+  captchaUrl: string | undefined;
+  /** The widget's sitekey; default `threadgate-standin-sitekey`. */
+  sitekey?: string;
+  /** Fields a token is accepted from; default g-recaptcha-response, cf-turnstile-response. */
+  tokenFields?: string[];
+  /** Every page load answers after this long, like a real form's server time (real ms). @default 0 */
+  pageDelayMs?: number;
+  /** Every form POST answers after this long (real ms). @default 0 */
+  postDelayMs?: number;
+}
+
+export interface TargetStandinStats {
+  pageLoads: number;
+  posts: number;
+  /** Accepted posts per record: the `record` form field, or the path when there is none. */
+  accepted: Record<string, number>;
+  acceptedTotal: number;
+  /** Rejected posts by reason: NO_SESSION, MISSING_TOKEN, VERIFY_UNAVAILABLE, FORCED_<status>, or the verifier's error. */
+  rejections: Record<string, number>;
+}
+
+export interface TargetStandin {
+  /** `http://127.0.0.1:PORT` (no trailing slash). */
+  url: string;
+  port: number;
+  sitekey: string;
+  stats(): TargetStandinStats;
+  resetStats(): void;
+  /**
+   * Tokens that reached the stand-in in a POST, kept in memory only so tests can prove that
+   * no log line contains one. Not served over HTTP.
+   */
+  receivedTokens(): string[];
+  close(): Promise<void>;
+}
+
+export const DEFAULT_STANDIN_SITEKEY = 'threadgate-standin-sitekey';
+const SESSION_COOKIE = 'tg_session';
+const MAX_POST_BYTES = 1024 * 1024;
+
+function emptyStats(): TargetStandinStats {
+  return { pageLoads: 0, posts: 0, accepted: {}, acceptedTotal: 0, rejections: {} };
+}
+
+function hostileKind(arg: string): HostileKind {
+  if (!(HOSTILE_KINDS as readonly string[]).includes(arg))
+    throw new RangeError(`unknown hostile kind "${arg}"`);
+  return arg as HostileKind;
+}
+
+function readCookie(req: IncomingMessage, name: string): string | undefined {
+  for (const part of (req.headers.cookie ?? '').split(';')) {
+    const [k, ...v] = part.trim().split('=');
+    if (k === name) return v.join('=');
+  }
+  return undefined;
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_POST_BYTES) throw new Error('body too large');
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+export async function startTargetStandin(options: TargetStandinOptions): Promise<TargetStandin> {
+  const sitekey = options.sitekey ?? DEFAULT_STANDIN_SITEKEY;
+  const tokenFields = options.tokenFields ?? ['g-recaptcha-response', 'cf-turnstile-response'];
+  const captchaUrl = options.captchaUrl?.replace(/\/+$/, '');
+  /** session id → the page URL that session loaded last. */
+  const sessions = new Map<string, string>();
+  let stats = emptyStats();
+  const tokens: string[] = [];
+  const pageDelayMs = options.pageDelayMs ?? 0;
+  const postDelayMs = options.postDelayMs ?? 0;
+  for (const [name, v] of [
+    ['pageDelayMs', pageDelayMs],
+    ['postDelayMs', postDelayMs],
+  ] as const) {
+    if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`${name} must be a number >= 0, got ${v}`);
+  }
+
+  const reject = (res: ServerResponse, status: number, reason: string) => {
+    stats.rejections[reason] = (stats.rejections[reason] ?? 0) + 1;
+    res.writeHead(status, { 'content-type': 'text/plain' }).end(`rejected: ${reason}\n`);
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const url = new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`);
+    if (url.pathname === '/stats' && req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
+      return;
+    }
+    if (url.pathname === '/stats/reset' && req.method === 'POST') {
+      stats = emptyStats();
+      res.writeHead(204).end();
+      return;
+    }
+    const segments = url.pathname.split('/');
+    const control = segments[1] ?? '';
+    const arg = segments[2] ?? '';
+    if (control === 'redirect') {
+      const n = Number(arg);
+      const rest = `/${segments.slice(3).join('/')}`;
+      const next = n > 0 ? `/redirect/${n - 1}${rest}` : rest;
+      res.writeHead(302, { location: `${next}${url.search}` }).end();
+      return;
+    }
+    if (control === 'redirect-to') {
+      res.writeHead(302, { location: decodeURIComponent(arg) }).end();
+      return;
+    }
+    const isPost = req.method === 'POST';
+    const delayMs = isPost ? postDelayMs : req.method === 'GET' ? pageDelayMs : 0;
+    if (delayMs > 0) await sleep(delayMs);
+    if (control === (isPost ? 'slow-post' : 'slow-page')) await sleep(Number(arg) || 0);
+    if (control === (isPost ? 'fail-post' : 'fail-page')) {
+      const status = Number(arg) || 500;
+      if (isPost) {
+        stats.posts++;
+        reject(res, status, `FORCED_${status}`);
+      } else {
+        res.writeHead(status, { 'content-type': 'text/plain' }).end(`forced ${status}\n`);
+      }
+      return;
+    }
+
+    const hostile = control === (isPost ? 'hostile-post' : 'hostile-page') ? hostileKind(arg) : undefined;
+    if (req.method === 'GET') {
+      stats.pageLoads++;
+      let session = readCookie(req, SESSION_COOKIE);
+      const headers: Record<string, string> = { 'content-type': 'text/html; charset=utf-8' };
+      if (!session || !sessions.has(session)) {
+        session = randomBytes(16).toString('hex');
+        headers['set-cookie'] = `${SESSION_COOKIE}=${session}; Path=/; HttpOnly; SameSite=Lax`;
+      }
+      sessions.set(session, url.href);
+      if (hostile) return sendHostile(req, res, hostile, headers);
+      const turnstile = url.searchParams.get('widget') === 'turnstile';
+      const widget = turnstile
+        ? `<div class="cf-turnstile" data-sitekey="${escapeHtml(sitekey)}"></div>`
+        : `<div class="g-recaptcha" data-sitekey="${escapeHtml(sitekey)}"></div>`;
+      res
+        .writeHead(200, headers)
+        .end(
+          `<!doctype html><html><body><form method="post" action="${escapeHtml(url.pathname)}">` +
+            `${widget}<button type="submit">Submit</button></form></body></html>\n`,
+        );
+      return;
+    }
+
+    if (isPost) {
+      stats.posts++;
+      const form = new URLSearchParams(await readBody(req));
+      const session = readCookie(req, SESSION_COOKIE);
+      const pageurl = session ? sessions.get(session) : undefined;
+      if (!pageurl) return reject(res, 403, 'NO_SESSION');
+      const field = tokenFields.find((f) => form.has(f));
+      const token = field ? form.get(field) : undefined;
+      if (!token) return reject(res, 403, 'MISSING_TOKEN');
+      tokens.push(token);
+      let verdict: { success?: boolean; error?: string };
+      if (captchaUrl === undefined) return reject(res, 502, 'VERIFY_UNAVAILABLE');
+      try {
+        const answer = await fetch(`${captchaUrl}/verify`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ token, sitekey, pageurl }),
+        });
+        verdict = (await answer.json()) as typeof verdict;
+      } catch {
+        return reject(res, 502, 'VERIFY_UNAVAILABLE');
+      }
+      if (verdict.success !== true) return reject(res, 403, verdict.error ?? 'TOKEN_REJECTED');
+      const record = form.get('record') ?? url.pathname;
+      stats.accepted[record] = (stats.accepted[record] ?? 0) + 1;
+      stats.acceptedTotal++;
+      if (hostile) return sendHostile(req, res, hostile);
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted\n');
+      return;
+    }
+    res.writeHead(405).end();
+  };
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch(() => {
+      if (!res.headersSent) res.writeHead(500).end();
+      else res.end();
+    });
+  });
+  server.listen(options.port ?? 0, options.host ?? '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  const host = options.host ?? '127.0.0.1';
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    port,
+    sitekey,
+    stats: () => structuredClone(stats),
+    resetStats: () => {
+      stats = emptyStats();
+    },
+    receivedTokens: () => [...tokens],
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}

@@ -1,0 +1,228 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { renderChart } from '../../../cli/commands/status.js';
+import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { type CliStack, cliEnv, cliRuns, runCli, runCliPiped, startCliStack } from '../../fixtures/cli.js';
+
+const API_KEY = 'status-suite-key-5f3a9c0e7d21b4a8';
+
+let stack: CliStack;
+let standin: CaptchaStandin;
+
+async function send(sqs: SQSClient, queueUrl: string, count: number, prefix: string): Promise<void> {
+  await sqs.send(
+    new SendMessageBatchCommand({
+      QueueUrl: queueUrl,
+      Entries: Array.from({ length: count }, (_, i) => ({
+        Id: String(i),
+        MessageBody: JSON.stringify({ record_key: `${prefix}-${i}` }),
+      })),
+    }),
+  );
+}
+
+beforeAll(async () => {
+  standin = await startCaptchaStandin({ port: 0, threads: 10, apiKey: API_KEY });
+  stack = await startCliStack({
+    captchaAiUrl: standin.url,
+    reservedConcurrency: 6,
+    maximumConcurrency: 6,
+    reserve: 2,
+  });
+  const secret = await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: `${API_KEY}\n` });
+  expect(secret.code).toBe(0);
+
+  // What the emulator will hold: 3 jobs of which 1 received (in flight), 2 DLQ messages,
+  // outcome rows 2 submitted + 1 failed.
+  const sqs = new SQSClient({ ...stack.clientConfig, useQueueUrlAsEndpoint: false });
+  await send(sqs, stack.outputs.QueueUrl!, 3, 'job');
+  await sqs.send(
+    new ReceiveMessageCommand({
+      QueueUrl: stack.outputs.QueueUrl,
+      MaxNumberOfMessages: 1,
+      VisibilityTimeout: 900,
+    }),
+  );
+  await send(sqs, stack.outputs.DlqUrl!, 2, 'dead');
+  const documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
+  for (const [key, status] of [
+    ['a', 'submitted'],
+    ['b', 'submitted'],
+    ['c', 'failed'],
+  ]) {
+    await documents.send(
+      new PutCommand({ TableName: stack.outputs.TableName, Item: { record_key: key, status } }),
+    );
+  }
+});
+
+afterAll(async () => {
+  await stack?.stop();
+  await standin?.close();
+});
+
+describe('threadgate status', () => {
+  it('reports with --json what the emulator and the CaptchaAI stand-in hold', async () => {
+    // Act
+    const run = await runCli(['status', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({
+      stack: 'ThreadgateCliTest',
+      resources: {
+        queueUrl: stack.outputs.QueueUrl,
+        dlqUrl: stack.outputs.DlqUrl,
+        tableName: stack.outputs.TableName,
+      },
+      pipeline: { enabled: true, mappingState: 'Enabled', paused: false },
+      cap: 6,
+      reservedConcurrency: 6,
+      mappingMaximumConcurrency: 6,
+      batchSize: 1,
+      plan: { threads: 10, workingThreads: 0, reserve: 2, minCap: 1, maxCap: 1000, targetCap: 8 },
+      queue: { depth: 2, inFlight: 1 },
+      dlq: { depth: 2 },
+      outcomes: { submitted: 2, failed: 1, in_progress: 0, rejected: 0, stopped: 0 },
+    });
+  });
+
+  it('exits 0 without a stack trace when the reader takes only the first bytes (--json | head -c 10)', async () => {
+    // Act
+    const run = await runCliPiped(['status', '--json'], 'head -c 10', cliEnv(stack.moto));
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout).toHaveLength(10);
+    expect(run.stderr).not.toMatch(/EPIPE|Error|at /);
+  });
+
+  it('prints the same facts as text, and a pause with its reason', async () => {
+    // Prepare
+    const pause = await runCli(['pause', '--reason', 'target maintenance'], { env: cliEnv(stack.moto) });
+    expect(pause.code).toBe(0);
+
+    // Act
+    const run = await runCli(['status'], { env: cliEnv(stack.moto) });
+    await runCli(['resume'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/pipeline\s+PAUSED \(mapping Disabled\)/);
+    expect(run.stdout).toMatch(/reason\s+target maintenance \[by operator/);
+    expect(run.stdout).toMatch(
+      /cap\s+0 while paused \(reserved concurrency 6, mapping maximum 6, batch size 1\)/,
+    );
+    expect(run.stdout).toMatch(
+      /plan\s+10 threads, 0 working; target cap 8 \(10 − reserve 2, within 1–1000\)/,
+    );
+    expect(run.stdout).toMatch(/queue\s+2 waiting, 1 in flight/);
+    expect(run.stdout).toMatch(/dlq\s+2 waiting/);
+    expect(run.stdout).toMatch(
+      /outcomes\s+3 rows: in_progress 0, submitted 2, failed 1, rejected 0, stopped 0/,
+    );
+  });
+
+  it('says the plan is unavailable, without failing, when CaptchaAI rejects the key', async () => {
+    // Prepare
+    standin.setKeyRevoked(true);
+
+    // Act
+    const run = await runCli(['status', '--json', '--no-outcomes'], { env: cliEnv(stack.moto) });
+    standin.setKeyRevoked(false);
+
+    // Assess
+    expect(run.code).toBe(0);
+    const report = JSON.parse(run.stdout);
+    expect(report.plan.error).toContain('ERROR_KEY_DOES_NOT_EXIST');
+    expect(report.outcomes).toBeNull();
+  });
+
+  it('refreshes under --watch and charts in flight against the cap', async () => {
+    // Act
+    const run = await runCli(['status', '--watch', '--count', '2', '--interval', '0.2', '--no-outcomes'], {
+      env: cliEnv(stack.moto),
+    });
+
+    // Assess
+    expect(run.code).toBe(0);
+    expect(run.stdout.match(/in flight vs cap, last 10 min/g)).toHaveLength(2);
+    expect(run.stdout).toMatch(/^ *6 ┤/m);
+    expect(run.stdout).toContain('█');
+  });
+
+  it('prints one JSON object per refresh under --watch --json', async () => {
+    // Act
+    const run = await runCli(
+      ['status', '--watch', '--json', '--count', '2', '--interval', '0.1', '--no-outcomes'],
+      {
+        env: cliEnv(stack.moto),
+      },
+    );
+
+    // Assess
+    expect(run.code).toBe(0);
+    const reports = run.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(reports.map((r) => r.cap)).toEqual([6, 6]);
+  });
+
+  it('never prints the API key', async () => {
+    // Prepare: runs that read the key (on top of every earlier run of this file).
+    await runCli(['secret', 'set', '--json'], { env: cliEnv(stack.moto), stdin: API_KEY });
+    await runCli(['status', '--json'], { env: cliEnv(stack.moto) });
+    await runCli(['status'], { env: cliEnv(stack.moto) });
+
+    // Assess: every CLI run of this file.
+    for (const run of cliRuns) {
+      expect(run.stdout).not.toContain(API_KEY);
+      expect(run.stderr).not.toContain(API_KEY);
+    }
+  });
+});
+
+describe('renderChart', () => {
+  it('draws in flight as bars under a cap line and marks a column above the cap', () => {
+    // Prepare: 4 minutes of samples, the last one above the cap.
+    const now = 1_000_000;
+    const samples = [
+      { at: now - 240_000, inFlight: 2, cap: 4 },
+      { at: now - 180_000, inFlight: 4, cap: 4 },
+      { at: now - 60_000, inFlight: 3, cap: 4 },
+      { at: now, inFlight: 6, cap: 4 },
+    ];
+
+    // Act
+    const chart = renderChart(samples, { now, windowMs: 240_000, width: 12, height: 6 });
+
+    // Assess
+    expect(chart.trimEnd().split('\n')).toEqual([
+      'in flight vs cap, last 4 min (█ in flight, ─ cap, ! above cap)',
+      '6 ┤           !',
+      '  ┤           !',
+      '  ┤───█───────█',
+      '3 ┤   █     █ █',
+      '  ┤█  █     █ █',
+      '  ┤█  █     █ █',
+      '0 ┼────────────',
+    ]);
+  });
+
+  it('draws an empty frame before any sample', () => {
+    // Act
+    const chart = renderChart([], { now: 0, windowMs: 600_000, width: 10, height: 3 });
+
+    // Assess
+    expect(
+      chart
+        .split('\n')
+        .slice(1, 4)
+        .every((row) => /┤ {10}$/.test(row)),
+    ).toBe(true);
+  });
+});

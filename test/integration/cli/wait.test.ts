@@ -1,0 +1,237 @@
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import {
+  DeleteMessageCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
+import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type DlqHit, doneExitCode, tally } from '../../../cli/commands/wait.js';
+import type { OutcomeRow } from '../../../functions/records/store.js';
+import { type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
+
+let stack: CliStack;
+let documents: DynamoDBDocumentClient;
+let sqs: SQSClient;
+let ssm: SSMClient;
+const dir = mkdtempSync(join(tmpdir(), 'tg-wait-'));
+const now = new Date().toISOString();
+
+beforeAll(async () => {
+  stack = await startCliStack();
+  documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
+  sqs = new SQSClient({ ...stack.clientConfig, useQueueUrlAsEndpoint: false });
+  ssm = new SSMClient(stack.clientConfig);
+});
+afterAll(async () => {
+  await stack?.stop();
+});
+
+/** Writes rows as the worker would leave them. */
+async function putRows(
+  batch: string | undefined,
+  statuses: string[],
+  prefix = batch ?? 'nob',
+): Promise<string[]> {
+  const rows = statuses.map((status, i) => ({
+    record_key: `${prefix}-${i}`,
+    ...(batch ? { batch_id: batch } : {}),
+    status,
+    reason: status === 'submitted' ? 'OK' : status.toUpperCase(),
+    attempts: 1,
+    created_at: now,
+    updated_at: now,
+  }));
+  await documents.send(
+    new BatchWriteCommand({
+      RequestItems: { [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item } })) },
+    }),
+  );
+  return rows.map((r) => r.record_key);
+}
+
+async function setPaused(paused: boolean): Promise<void> {
+  await ssm.send(
+    new PutParameterCommand({
+      Name: stack.outputs.PipelineStateParameter,
+      Overwrite: true,
+      Type: 'String',
+      Value: JSON.stringify(
+        paused
+          ? {
+              paused: true,
+              reason: 'CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST',
+              code: 'ERROR_KEY_DOES_NOT_EXIST',
+              by: 'worker',
+              since: now,
+            }
+          : { paused: false },
+      ),
+    }),
+  );
+}
+
+const wait = (args: string[]) => runCli(['wait', '--interval', '0.2', ...args], { env: cliEnv(stack.moto) });
+
+describe('threadgate wait', () => {
+  it('exits 0 once every record of the batch is submitted, with counts and a JSON report', async () => {
+    // Prepare
+    await putRows('all-ok', ['submitted', 'submitted', 'submitted']);
+    // Act
+    const run = await wait(['--batch', 'all-ok', '--expect', '3', '--json']);
+    // Assess
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      batch_id: 'all-ok',
+      expected: 3,
+      ended: 3,
+      pending: 0,
+      end: 'done',
+      exit_code: 0,
+      counts: { submitted: 3 },
+    });
+    // Not a terminal: plain progress lines on stderr, with the counts by status.
+    expect(run.stderr).toMatch(/wait batch "all-ok": 3\/3 records 100% \(submitted 3\)/);
+  });
+
+  it('exits 2 when a record failed or was rejected, and says so', async () => {
+    await putRows('some-bad', ['submitted', 'failed', 'rejected', 'submitted']);
+    const run = await wait(['--batch', 'some-bad', '--expect', '4']);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toContain('batch "some-bad": all 4 records ended; some records did not submit');
+    expect(run.stdout).toContain('submitted 2, failed 1, rejected 1');
+  });
+
+  it('exits 3 and says why while the pipeline is paused with records pending', async () => {
+    // Prepare: 2 of 5 ended, and the pipeline paused on a revoked key
+    await putRows('paused', ['submitted', 'stopped', 'in_progress']);
+    await setPaused(true);
+    try {
+      // Act
+      const run = await wait(['--batch', 'paused', '--expect', '5']);
+      // Assess
+      expect(run.code).toBe(3);
+      expect(run.stdout).toContain(
+        'batch "paused": 3 of 5 records have not ended and the pipeline is paused by worker since',
+      );
+      expect(run.stdout).toContain('CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST');
+      expect(run.stdout).toContain('threadgate resume');
+    } finally {
+      await setPaused(false);
+    }
+  });
+
+  it('exits 2 for a batch nobody sent, saying there are no such records', async () => {
+    const run = await wait(['--batch', 'never-sent', '--expect', '10']);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toContain('batch "never-sent": no such records');
+    expect(run.stdout).toContain('Is the batch id right');
+  });
+
+  it('exits 2 when the queue is empty but records of the batch are unaccounted for', async () => {
+    await putRows('short', ['submitted', 'submitted']);
+    const run = await wait(['--batch', 'short', '--expect', '3']);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toContain('1 of 3 records are not accounted for');
+    expect(run.stdout).toContain('keeps its first batch');
+  });
+
+  it('exits 4 on --timeout while a record is still queued', async () => {
+    // Prepare: one row pending and its message still in the jobs queue
+    await putRows('slow', ['submitted', 'in_progress']);
+    await sqs.send(
+      new SendMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MessageBody: '{"record_key":"slow-1"}' }),
+    );
+    try {
+      // Act
+      const run = await wait(['--batch', 'slow', '--expect', '2', '--timeout', '1']);
+      // Assess
+      expect(run.code).toBe(4);
+      expect(run.stdout).toContain('timed out after 1 s with 1 of 2 records not ended');
+    } finally {
+      const got = await sqs.send(
+        new ReceiveMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MaxNumberOfMessages: 10 }),
+      );
+      for (const m of got.Messages ?? []) {
+        await sqs.send(
+          new DeleteMessageCommand({ QueueUrl: stack.outputs.QueueUrl, ReceiptHandle: m.ReceiptHandle }),
+        );
+      }
+    }
+  });
+
+  it('waits for the keys of a job file, counting a key whose message is in the DLQ as ended (exit 2)', async () => {
+    // Prepare: k-0 submitted; k-1 has no row, its message went to the DLQ after too many receives
+    const [ok] = await putRows(undefined, ['submitted'], 'k');
+    const lost = JSON.stringify({
+      record_key: 'k-1',
+      sitekey: 'x',
+      pageurl: 'https://a.example/',
+      submit_url: 'https://a.example/',
+    });
+    await sqs.send(new SendMessageCommand({ QueueUrl: stack.outputs.DlqUrl, MessageBody: lost }));
+    const jobs = join(dir, 'jobs.jsonl');
+    writeFileSync(jobs, `${JSON.stringify({ record_key: ok })}\n${lost}\n`);
+    // Act
+    const run = await wait(['--keys', jobs, '--json']);
+    // Assess
+    expect(run.code).toBe(2);
+    expect(JSON.parse(run.stdout)).toMatchObject({ expected: 2, ended: 2, counts: { submitted: 1, dlq: 1 } });
+    // The peek left the DLQ message where it was.
+    const dlq = await sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: stack.outputs.DlqUrl, MaxNumberOfMessages: 10 }),
+    );
+    expect(dlq.Messages?.map((m) => m.Body)).toEqual([lost]);
+  });
+
+  it('takes the expected count from the file enqueue --counts wrote, and says when the batch is not in it', async () => {
+    // Prepare: a counts file as `threadgate enqueue --counts` writes it
+    const counts = join(dir, 'counts.json');
+    writeFileSync(counts, JSON.stringify({ 'from-file': 2 }));
+    await putRows('from-file', ['submitted', 'submitted']);
+    // Act
+    const run = await wait(['--batch', 'from-file', '--counts', counts]);
+    const other = await wait(['--batch', 'not-there', '--counts', counts]);
+    // Assess
+    expect(run.code).toBe(0);
+    expect(other.code).toBe(2);
+    expect(other.stderr).toContain('has no count for batch "not-there" (it has "from-file")');
+    expect(readFileSync(counts, 'utf8')).toContain('from-file');
+  });
+
+  it('refuses --batch without an expected count', async () => {
+    const run = await wait(['--batch', 'x']);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain(
+      '--batch needs the number of records to wait for: --expect N, or --counts FILE',
+    );
+  });
+});
+
+describe('wait tally', () => {
+  const row = (record_key: string, status: string): OutcomeRow =>
+    ({ record_key, status, batch_id: 'b' }) as OutcomeRow;
+  const batch = { kind: 'batch' as const, batchId: 'b' };
+
+  it('counts stopped records as ended and a stopped record makes the exit code 3', () => {
+    const t = tally(batch, 3, [row('a', 'submitted'), row('b', 'stopped'), row('c', 'failed')], []);
+    expect(t).toEqual({ counts: { submitted: 1, stopped: 1, failed: 1 }, ended: 3, pending: 0 });
+    expect(doneExitCode(t.counts)).toBe(3);
+  });
+
+  it("counts a batch's unkeyed DLQ message and a keyed one without a final row, but not another batch's", () => {
+    const dlq: DlqHit[] = [
+      { batchId: 'b' },
+      { recordKey: 'c', batchId: 'b' },
+      { recordKey: 'a', batchId: 'b' },
+      { batchId: 'other' },
+    ];
+    const t = tally(batch, 4, [row('a', 'submitted'), row('c', 'in_progress')], dlq);
+    expect(t).toEqual({ counts: { submitted: 1, dlq: 2 }, ended: 3, pending: 1 });
+  });
+});

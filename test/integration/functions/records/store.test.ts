@@ -1,0 +1,327 @@
+import {
+  ConditionalCheckFailedException,
+  DynamoDBClient,
+  GetItemCommand,
+  UpdateItemCommand,
+} from '@aws-sdk/client-dynamodb';
+import { mockClient } from 'aws-sdk-client-mock';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OutcomesStore } from '../../../../functions/records/store.js';
+import { MOTO_REGION, type MotoServer } from '../../../../local/emulator/moto.js';
+import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from '../../../fixtures/aws.js';
+
+let moto: MotoServer;
+let clients: AwsClients;
+let tableName: string;
+let clock = Date.parse('2026-01-01T00:00:00Z');
+let store: OutcomesStore;
+let next = 0;
+const key = () => `rec-${++next}`;
+
+beforeAll(async () => {
+  moto = await startMoto();
+  clients = clientsFor(moto);
+  tableName = 'outcomes-store-test';
+  await createOutcomeTable(clients.ddb, tableName);
+  store = new OutcomesStore({ client: clients.ddb, tableName, now: () => clock });
+});
+afterAll(async () => {
+  await moto?.stop();
+});
+
+const lease = { leaseMs: 60_000, captchaType: 'recaptcha_v2' };
+
+describe('outcomes store (moto DynamoDB)', () => {
+  it('claims a record that has no row and writes an in_progress row with the lease', async () => {
+    const k = key();
+    expect(await store.claim(k, { owner: 'a', ...lease })).toEqual({
+      claimed: true,
+      leaseExpiresAt: clock + 60_000,
+    });
+    expect(await store.get(k)).toMatchObject({
+      record_key: k,
+      status: 'in_progress',
+      lease_owner: 'a',
+      lease_expires_at: clock + 60_000,
+      captcha_type: 'recaptcha_v2',
+    });
+  });
+
+  it('lets exactly one of 5 concurrent claims of a record win', async () => {
+    const k = key();
+    const results = await Promise.all(
+      ['a', 'b', 'c', 'd', 'e'].map((owner) => store.claim(k, { owner, ...lease })),
+    );
+    expect(results.filter((r) => r.claimed)).toHaveLength(1);
+    expect(results.filter((r) => !r.claimed && r.why === 'leased')).toHaveLength(4);
+  });
+
+  it('refuses a second claim while the lease is live and says it is leased', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    const second = await store.claim(k, { owner: 'b', ...lease });
+    expect(second).toMatchObject({
+      claimed: false,
+      why: 'leased',
+      row: { status: 'in_progress', lease_owner: 'a' },
+    });
+  });
+
+  it('lets a claim take over an in_progress row whose lease expired, and the old owner can no longer finish', async () => {
+    // Prepare
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    clock += 60_001;
+    // Act
+    const takeover = await store.claim(k, { owner: 'b', ...lease });
+    const late = await store.finish(k, 'a', {
+      status: 'submitted',
+      reason: 'OK',
+      targetStatus: 200,
+      attempts: 1,
+    });
+    // Assess
+    expect(takeover.claimed).toBe(true);
+    expect(late).toMatchObject({ written: false, row: { lease_owner: 'b' } });
+    expect((await store.get(k))?.status).toBe('in_progress');
+  });
+
+  it('finishes while holding the claim, then reports the record as finished to later claims', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    expect(
+      await store.finish(k, 'a', {
+        status: 'submitted',
+        reason: 'OK',
+        targetStatus: 200,
+        attempts: 1,
+        solveMs: 1234,
+      }),
+    ).toEqual({ written: true });
+    expect(await store.claim(k, { owner: 'b', ...lease })).toMatchObject({
+      claimed: false,
+      why: 'finished',
+      row: { status: 'submitted' },
+    });
+    const row = await store.get(k);
+    expect(row).toMatchObject({
+      status: 'submitted',
+      reason: 'OK',
+      target_status: 200,
+      attempts: 1,
+      solve_ms: 1234,
+    });
+    expect(row?.lease_expires_at).toBeUndefined();
+  });
+
+  it('lets a stopped record be claimed again and adds up attempts over claims', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    await store.finish(k, 'a', { status: 'stopped', reason: 'ERROR_KEY_DOES_NOT_EXIST', attempts: 1 });
+    expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
+    await store.finish(k, 'b', { status: 'failed', reason: 'POLL_TIMEOUT', attempts: 2 });
+    expect(await store.get(k)).toMatchObject({ status: 'failed', reason: 'POLL_TIMEOUT', attempts: 3 });
+  });
+
+  it('releases a claim so the next claim succeeds at once', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    expect(await store.release(k, 'a', 1)).toEqual({ written: true });
+    expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
+    expect((await store.get(k))?.attempts).toBe(1);
+  });
+
+  it('writes rejected only when the record has no row', async () => {
+    const fresh = key();
+    expect(await store.reject(fresh, 'pageurl: must be an absolute http(s) URL')).toEqual({ written: true });
+    expect(await store.get(fresh)).toMatchObject({
+      status: 'rejected',
+      reason: 'pageurl: must be an absolute http(s) URL',
+    });
+    const taken = key();
+    await store.claim(taken, { owner: 'a', ...lease });
+    expect(await store.reject(taken, 'sitekey: is required')).toMatchObject({
+      written: false,
+      row: { status: 'in_progress' },
+    });
+  });
+
+  it('keeps the batch of the first claim when the record is sent again under another batch', async () => {
+    // Prepare
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease, batchId: 'batch-first' });
+    await store.finish(k, 'a', { status: 'stopped', reason: 'ERROR_KEY_DOES_NOT_EXIST', attempts: 1 });
+    // Act: the record comes back under another batch, is claimed again and finishes
+    expect((await store.claim(k, { owner: 'b', ...lease, batchId: 'batch-second' })).claimed).toBe(true);
+    await store.finish(k, 'b', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
+    // Assess
+    expect(await store.get(k)).toMatchObject({ status: 'submitted', batch_id: 'batch-first' });
+  });
+
+  it('reads one batch through the batch index and nothing of other batches', async () => {
+    // Prepare
+    const batch = `batch-${key()}`;
+    const mine = [key(), key(), key()];
+    for (const k of mine) await store.claim(k, { owner: 'a', ...lease, batchId: batch });
+    const rejected = key();
+    await store.reject(rejected, 'sitekey: is required', batch);
+    await store.claim(key(), { owner: 'a', ...lease, batchId: `${batch}-other` });
+    await store.claim(key(), { owner: 'a', ...lease });
+    // Act
+    const rows = [];
+    for await (const row of store.batchRows(batch)) rows.push(row);
+    // Assess
+    expect(rows.map((r) => r.record_key).sort()).toEqual([...mine, rejected].sort());
+    expect(rows.every((r) => r.batch_id === batch)).toBe(true);
+  });
+
+  it('reads a batch with Query on the batch index and keys with BatchGetItem, never a Scan', async () => {
+    // Prepare: a client that records every command it sends to moto (SDK middleware, so the
+    // SDK's paginators accept it as a real client)
+    const sent: { name: string; index?: string }[] = [];
+    const recording = clientsFor(moto).ddb;
+    recording.middlewareStack.add(
+      (next, context) => async (args) => {
+        sent.push({
+          name: context.commandName ?? '',
+          index: (args.input as { IndexName?: string }).IndexName,
+        });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const spied = new OutcomesStore({ client: recording, tableName, now: () => clock });
+    const batch = `batch-${key()}`;
+    const k = key();
+    await store.reject(k, 'sitekey: is required', batch);
+    // Act
+    const rows = [];
+    for await (const row of spied.batchRows(batch)) rows.push(row);
+    await spied.getMany([k]);
+    // Assess
+    expect(rows).toHaveLength(1);
+    expect(sent).toEqual([
+      { name: 'QueryCommand', index: 'batch_id-updated_at' },
+      { name: 'BatchGetItemCommand', index: undefined },
+    ]);
+  });
+
+  it('reads rows by key in chunks of 100 and leaves out keys that have no row', async () => {
+    // Prepare: 120 rows, more than one BatchGetItem holds
+    const keys = Array.from({ length: 120 }, () => key());
+    for (const k of keys) await store.reject(k, 'sitekey: is required');
+    // Act
+    const rows = await store.getMany([...keys, 'no-such-key', keys[0]!]);
+    // Assess
+    expect(rows.size).toBe(120);
+    expect(rows.has('no-such-key')).toBe(false);
+    expect(rows.get(keys[119]!)).toMatchObject({ status: 'rejected' });
+  });
+});
+
+/**
+ * DynamoDB Local (LocalStack's DynamoDB) has been reported to answer a failed conditional
+ * UpdateItem without the `Item` that ReturnValuesOnConditionCheckFailure=ALL_OLD asks for. This
+ * client talks to moto but drops `Item` from every ConditionalCheckFailedException, and records
+ * the GetItem calls the store makes.
+ */
+function clientWithoutConditionItem(gets: Record<string, unknown>[]): DynamoDBClient {
+  const client = new DynamoDBClient({
+    endpoint: moto.endpoint,
+    region: MOTO_REGION,
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+  });
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === 'GetItemCommand') gets.push(args.input as Record<string, unknown>);
+      try {
+        return await next(args);
+      } catch (err) {
+        if ((err as { name?: string }).name === 'ConditionalCheckFailedException') {
+          delete (err as { Item?: unknown }).Item;
+        }
+        throw err;
+      }
+    },
+    { step: 'initialize', name: 'dropConditionFailureItem' },
+  );
+  return client;
+}
+
+describe('outcomes store when a conditional failure carries no item (DynamoDB Local)', () => {
+  it('reads the row consistently and reports a finished record as finished', async () => {
+    // Prepare
+    const gets: Record<string, unknown>[] = [];
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem(gets), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    await bare.finish(k, 'a', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
+    gets.length = 0;
+    // Act
+    const second = await bare.claim(k, { owner: 'b', ...lease });
+    // Assess
+    expect(second).toMatchObject({ claimed: false, why: 'finished', row: { status: 'submitted' } });
+    expect(gets).toEqual([{ TableName: tableName, Key: { record_key: { S: k } }, ConsistentRead: true }]);
+  });
+
+  it('reads the row and reports a live lease as leased, naming its owner', async () => {
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    expect(await bare.claim(k, { owner: 'b', ...lease })).toMatchObject({
+      claimed: false,
+      why: 'leased',
+      row: { status: 'in_progress', lease_owner: 'a' },
+    });
+  });
+
+  it('reads the row for a refused finish, so the caller learns who holds the record', async () => {
+    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
+    const k = key();
+    await bare.claim(k, { owner: 'a', ...lease });
+    clock += 60_001;
+    await bare.claim(k, { owner: 'b', ...lease });
+    expect(await bare.finish(k, 'a', { status: 'submitted', reason: 'OK' })).toMatchObject({
+      written: false,
+      row: { lease_owner: 'b' },
+    });
+  });
+});
+
+describe('outcomes store claim fallback (fake DynamoDB)', () => {
+  const failure = () =>
+    new ConditionalCheckFailedException({ message: 'The conditional request failed', $metadata: {} });
+
+  it('uses the item in the error and makes no extra read when DynamoDB returns it', async () => {
+    // Prepare
+    const ddb = new DynamoDBClient({ region: 'us-east-1' });
+    const fake = mockClient(ddb);
+    const err = failure();
+    err.Item = { record_key: { S: 'r1' }, status: { S: 'failed' } };
+    fake.on(UpdateItemCommand).rejects(err);
+    const store = new OutcomesStore({ client: ddb, tableName: 't' });
+    // Act
+    const result = await store.claim('r1', { owner: 'a', ...lease });
+    // Assess
+    expect(result).toMatchObject({ claimed: false, why: 'finished', row: { status: 'failed' } });
+    expect(fake.commandCalls(GetItemCommand)).toHaveLength(0);
+  });
+
+  it('reports leased when the error has no item and the row is gone by the time it is read', async () => {
+    // Prepare: the row was deleted between the failed check and the read (TTL, an operator).
+    const ddb = new DynamoDBClient({ region: 'us-east-1' });
+    const fake = mockClient(ddb);
+    fake.on(UpdateItemCommand).rejects(failure());
+    fake.on(GetItemCommand).resolves({});
+    const store = new OutcomesStore({ client: ddb, tableName: 't' });
+    // Act
+    const result = await store.claim('r2', { owner: 'a', ...lease });
+    // Assess: a retry will claim it; calling it finished would drop the record.
+    expect(result).toEqual({ claimed: false, why: 'leased', row: undefined });
+    expect(fake.commandCalls(GetItemCommand)[0]?.args[0].input).toEqual({
+      TableName: 't',
+      Key: { record_key: { S: 'r2' } },
+      ConsistentRead: true,
+    });
+  });
+});

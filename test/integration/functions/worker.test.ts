@@ -1,0 +1,702 @@
+import { ScanCommand } from '@aws-sdk/client-dynamodb';
+import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { GetParameterCommand } from '@aws-sdk/client-ssm';
+import type { SQSBatchResponse } from 'aws-lambda';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OutcomesStore } from '../../../functions/records/store.js';
+import { processBatch } from '../../../functions/worker/batch-loop.js';
+import { readWorkerConfig } from '../../../functions/worker/config.js';
+import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
+import { createWorkerDeps } from '../../../functions/worker.js';
+import type { MotoServer } from '../../../local/emulator/moto.js';
+import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
+import {
+  type AwsClients,
+  clientsFor,
+  createWorkerResources,
+  mappingState,
+  receive,
+  receiveAll,
+  sendJobs,
+  sqsEvent,
+  startMoto,
+  type WorkerResources,
+} from '../../fixtures/aws.js';
+import { catalogResolver, malformedJobs } from '../../fixtures/job-catalog.js';
+import { captureOutput, type LogCapture } from '../../fixtures/log-capture.js';
+import { startFastCaptchaStandin, TEST_API_KEY, TEST_TIME_SCALE } from '../../fixtures/solve.js';
+
+let moto: MotoServer;
+let clients: AwsClients;
+let captcha: CaptchaStandin;
+let target: TargetStandin;
+let logs: LogCapture;
+
+beforeAll(async () => {
+  logs = captureOutput();
+  moto = await startMoto();
+  clients = clientsFor(moto);
+  captcha = await startFastCaptchaStandin(10);
+  target = await startTargetStandin({ captchaUrl: captcha.url });
+});
+afterAll(async () => {
+  logs?.stop();
+  await target?.close();
+  await captcha?.close();
+  await moto?.stop();
+});
+
+interface Setup {
+  res: WorkerResources;
+  config: ReturnType<typeof readWorkerConfig>;
+  /** A fresh set of dependencies = one more Lambda instance. */
+  instance(overrides?: Partial<WorkerDeps>): WorkerDeps;
+  store: OutcomesStore;
+}
+
+async function setup(env: Record<string, string> = {}): Promise<Setup> {
+  const res = await createWorkerResources(moto, clients, {
+    apiKey: TEST_API_KEY,
+    captchaUrl: captcha.url,
+    allowedHosts: '127.0.0.1,*.corp.test',
+  });
+  const config = readWorkerConfig({
+    ...res.env,
+    TIME_SCALE: String(TEST_TIME_SCALE),
+    LEASE_SECONDS: '60',
+    COOLDOWN_MS: '0',
+    TARGET_TIMEOUT_MS: '5000',
+    ...env,
+  });
+  return {
+    res,
+    config,
+    instance: (overrides = {}) =>
+      createWorkerDeps(config, clients, { resolver: catalogResolver, ...overrides }),
+    store: new OutcomesStore({ client: clients.ddb, tableName: res.tableName }),
+  };
+}
+
+let nextKey = 0;
+function newKey(prefix = 'rec'): string {
+  return `${prefix}-${Date.now().toString(36)}-${++nextKey}`;
+}
+
+function pageurlOf(key: string): string {
+  return `${target.url}/form/${key}`;
+}
+
+/** A flat-form job (the seed article's shape) aimed at the target stand-in. */
+function flatJob(key: string, extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({
+    record_key: key,
+    sitekey: target.sitekey,
+    pageurl: pageurlOf(key),
+    submit_url: pageurlOf(key),
+    ...extra,
+  });
+}
+
+/**
+ * Invokes the worker with the messages as one SQS batch and then does what the Lambda
+ * poller does with the answer: deletes every message not reported as a batch item failure.
+ */
+async function deliver(
+  s: Setup,
+  deps: WorkerDeps,
+  messages: Message[],
+  options: ProcessOptions = {},
+): Promise<SQSBatchResponse> {
+  const out = await processBatch(sqsEvent(messages, s.res.queueArn), deps, options);
+  const failed = new Set(out.batchItemFailures.map((f) => f.itemIdentifier));
+  for (const m of messages) {
+    if (!failed.has(m.MessageId!)) {
+      await clients.sqs.send(
+        new DeleteMessageCommand({ QueueUrl: s.res.queueUrl, ReceiptHandle: m.ReceiptHandle }),
+      );
+    }
+  }
+  return out;
+}
+
+async function rows(s: Setup): Promise<Array<Record<string, unknown>>> {
+  const out = await clients.ddb.send(new ScanCommand({ TableName: s.res.tableName, ConsistentRead: true }));
+  return (out.Items ?? []).map((item) =>
+    Object.fromEntries(
+      Object.entries(item).map(([k, v]) => [k, v.S ?? (v.N === undefined ? v : Number(v.N))]),
+    ),
+  );
+}
+
+async function waitFor(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+const submitsFor = (key: string) => captcha.stats().submitsByPageurl[pageurlOf(key)] ?? 0;
+
+describe('worker against moto and the stand-ins', () => {
+  it('submits a flat-form job: one solve, one accepted post, one submitted row', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey();
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key, name: 'Ada' } })]);
+    const messages = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    // Act
+    const out = await deliver(s, s.instance(), messages);
+    // Assess
+    expect(out.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(target.stats().accepted[key]).toBe(1);
+    const row = await s.store.get(key);
+    expect(row).toMatchObject({
+      status: 'submitted',
+      reason: 'OK',
+      target_status: 200,
+      attempts: 1,
+      captcha_type: 'recaptcha_v2',
+    });
+    expect(row?.solve_ms).toBeGreaterThan(0);
+  });
+
+  it('stores the batch_id of the first message on the row; a re-send under another batch is a duplicate of it', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('batch');
+    const bad = newKey('batch-bad');
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, { batch_id: 'nightly-1', form: { record: key } }),
+      flatJob(bad, { batch_id: 'nightly-1', pageurl: 'not a url' }),
+    ]);
+    await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 2));
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, { batch_id: 'nightly-2', form: { record: key } }),
+    ]);
+    // Act
+    const again = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    // Assess
+    expect(again.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', batch_id: 'nightly-1' });
+    expect(await s.store.get(bad)).toMatchObject({ status: 'rejected', batch_id: 'nightly-1' });
+  });
+
+  it('submits a Turnstile job in cf-turnstile-response', async () => {
+    const s = await setup();
+    const key = newKey('ts');
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, {
+        sitekey: undefined,
+        captcha: { type: 'turnstile', sitekey: target.sitekey },
+        form: { record: key },
+      }),
+    ]);
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(out.batchItemFailures).toEqual([]);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', captcha_type: 'turnstile' });
+  });
+
+  it('solves a record once when the same message arrives 5 times one after another', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('seq');
+    await sendJobs(clients.sqs, s.res.queueUrl, Array(5).fill(flatJob(key, { form: { record: key } })));
+    const messages = await receiveAll(clients.sqs, s.res.queueUrl, 5);
+    expect(messages).toHaveLength(5);
+    // Act
+    const results: SQSBatchResponse[] = [];
+    for (const m of messages) results.push(await deliver(s, s.instance(), [m]));
+    // Assess
+    expect(results.flatMap((r) => r.batchItemFailures)).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect((await rows(s)).map((r) => [r.record_key, r.status])).toEqual([[key, 'submitted']]);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+  });
+
+  it('solves a record once when 5 copies of its message are worked on concurrently by 5 instances', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('conc');
+    await sendJobs(clients.sqs, s.res.queueUrl, Array(5).fill(flatJob(key, { form: { record: key } })));
+    const messages = await receiveAll(clients.sqs, s.res.queueUrl, 5);
+    expect(messages).toHaveLength(5);
+    // Act: five instances at once; the copies that meet the live lease come back as batch item failures.
+    const first = await Promise.all(messages.map((m) => deliver(s, s.instance(), [m])));
+    const retried = new Set(first.flatMap((r) => r.batchItemFailures.map((f) => f.itemIdentifier)));
+    // ...and are redelivered once the first instance has finished.
+    const second = await Promise.all(
+      messages.filter((m) => retried.has(m.MessageId!)).map((m) => deliver(s, s.instance(), [m])),
+    );
+    // Assess
+    expect(retried.size).toBeLessThanOrEqual(4);
+    expect(second.flatMap((r) => r.batchItemFailures)).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect((await rows(s)).map((r) => [r.record_key, r.status])).toEqual([[key, 'submitted']]);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+  });
+
+  it('does not solve again while an aborted invocation’s lease is live, and finishes after it expires', async () => {
+    // Prepare: a clock the test can move past the 60 s lease.
+    const s = await setup();
+    let offset = 0;
+    const now = () => Date.now() + offset;
+    const key = newKey('abort');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    // Act 1: the invocation is cut off right after its in.php submit, as if Lambda had killed it.
+    const controller = new AbortController();
+    const running = deliver(s, s.instance({ now }), [message!], { signal: controller.signal });
+    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+    controller.abort(new Error('test: invocation killed'));
+    const aborted = await running;
+    // Assess 1: nothing final was written, the lease stays.
+    expect(aborted.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'in_progress' });
+    // Act 2: a redelivery while the lease is live.
+    const early = await deliver(s, s.instance({ now }), [message!]);
+    // Assess 2: retried later, no second solve.
+    expect(early.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(submitsFor(key)).toBe(1);
+    // Act 3: the lease has expired; the next redelivery finishes the record.
+    offset += 61_000;
+    const late = await deliver(s, s.instance({ now }), [message!]);
+    // Assess 3
+    expect(late.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(2);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1 });
+  });
+
+  it('keeps a message that meets a live lease invisible until the lease expires, instead of spending its receives on refusals', async () => {
+    // Prepare: an invocation holds the record's 60 s lease (cut off after its submit, as by a crash).
+    const s = await setup({ RETRY_DELAY_SECONDS: '1' });
+    const key = newKey('leased');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const controller = new AbortController();
+    const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
+    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+    controller.abort(new Error('test: invocation killed'));
+    await running;
+    const lease = Number((await s.store.get(key))?.lease_expires_at);
+    // Act: the message comes back after the 1 s retry delay, while that lease is live.
+    let again: Message | undefined;
+    for (const until = Date.now() + 10_000; !again && Date.now() < until; ) {
+      [again] = await receive(clients.sqs, s.res.queueUrl, 1);
+      if (!again) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const refused = await deliver(s, s.instance(), [again!]);
+    // Assess: refused without a solve, and not back after another retry delay: it waits for
+    // the lease (about 60 s more) rather than coming back every second until the DLQ takes it.
+    expect(refused.batchItemFailures).toEqual([{ itemIdentifier: again!.MessageId }]);
+    expect(submitsFor(key)).toBe(1);
+    expect(lease - Date.now()).toBeGreaterThan(50_000);
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    expect(await receive(clients.sqs, s.res.queueUrl)).toEqual([]);
+  });
+
+  it('with a revoked key, a batch of 10 makes 1 in.php call, 1 DLQ message, disables the mapping and leaves the other 9 in the queue', async () => {
+    // Prepare: the poller took a batch of 10 in one receive (ApproximateReceiveCount = 1 each).
+    const s = await setup();
+    const keys = Array.from({ length: 10 }, () => newKey('revoked'));
+    await sendJobs(
+      clients.sqs,
+      s.res.queueUrl,
+      keys.map((k) => flatJob(k, { form: { record: k } })),
+    );
+    const batch = await receiveAll(clients.sqs, s.res.queueUrl, 10);
+    expect(batch).toHaveLength(10);
+    expect(batch.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(10).fill('1'));
+    const submitsBefore = captcha.stats().submits;
+    const pageLoadsBefore = target.stats().pageLoads;
+    captcha.setKeyRevoked(true);
+    let out: SQSBatchResponse;
+    try {
+      // Act
+      out = await deliver(s, s.instance(), batch);
+    } finally {
+      captcha.setKeyRevoked(false);
+    }
+    // Assess: one in.php call and no page load (the submit comes first and failed); the rest
+    // of the batch was not worked on.
+    const firstKey = JSON.parse(batch[0]!.Body!).record_key as string;
+    expect(captcha.stats().submits - submitsBefore).toBe(1);
+    expect(target.stats().pageLoads - pageLoadsBefore).toBe(0);
+    expect(out.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(
+      batch.slice(1).map((m) => m.MessageId),
+    );
+    // The record that hit it: row stopped, copy in the DLQ with its attributes.
+    expect((await rows(s)).map((r) => [r.record_key, r.status, r.reason])).toEqual([
+      [firstKey, 'stopped', 'ERROR_KEY_DOES_NOT_EXIST'],
+    ]);
+    const dlq = await receiveAll(clients.sqs, s.res.dlqUrl, 1);
+    expect(dlq).toHaveLength(1);
+    expect(dlq[0]!.Body).toBe(batch[0]!.Body);
+    expect(dlq[0]!.MessageAttributes?.error_code?.StringValue).toBe('ERROR_KEY_DOES_NOT_EXIST');
+    expect(dlq[0]!.MessageAttributes?.record_key?.StringValue).toBe(firstKey);
+    expect(dlq[0]!.MessageAttributes?.reason?.StringValue).toMatch(/revoked|does not exist/);
+    expect(await receive(clients.sqs, s.res.dlqUrl, 10, 0)).toEqual([]);
+    // Paused everywhere: mapping disabled, reason recorded for the CLI and the adjuster.
+    expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe('Disabled');
+    const state = JSON.parse(
+      (await clients.ssm.send(new GetParameterCommand({ Name: s.res.stateParam }))).Parameter!.Value!,
+    );
+    expect(state).toMatchObject({ paused: true, code: 'ERROR_KEY_DOES_NOT_EXIST', by: 'worker' });
+    expect(state.reason?.match(/CaptchaAI answered/g)).toHaveLength(1);
+    // The other 9 are back in the queue at once (visibility reset to 0 by the worker). Their
+    // receive count holds the ONE receive that delivered this batch; the worker added none.
+    // Observing them needs a receive too, so each now reads 2 = that delivery + this look.
+    const left = await receiveAll(clients.sqs, s.res.queueUrl, 10);
+    expect(left.map((m) => m.MessageId).sort()).toEqual(
+      batch
+        .slice(1)
+        .map((m) => m.MessageId)
+        .sort(),
+    );
+    expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('2'));
+  });
+
+  it('with a revoked key and batch size 1, the other 9 messages are never received: their receive counts stay 0', async () => {
+    // Prepare: a poller that, like the SQS event source mapping, only polls while the mapping is enabled.
+    const s = await setup();
+    const keys = Array.from({ length: 10 }, () => newKey('revoked1'));
+    await sendJobs(
+      clients.sqs,
+      s.res.queueUrl,
+      keys.map((k) => flatJob(k)),
+    );
+    const submitsBefore = captcha.stats().submits;
+    captcha.setKeyRevoked(true);
+    let invocations = 0;
+    try {
+      // Act
+      while ((await mappingState(clients.lambda, s.res.mappingUuid)) === 'Enabled' && invocations < 10) {
+        const one = await receive(clients.sqs, s.res.queueUrl, 1);
+        if (one.length === 0) break;
+        invocations++;
+        await deliver(s, s.instance(), one);
+      }
+    } finally {
+      captcha.setKeyRevoked(false);
+    }
+    // Assess
+    expect(invocations).toBe(1);
+    expect(captcha.stats().submits - submitsBefore).toBe(1);
+    expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe('Disabled');
+    expect(await receiveAll(clients.sqs, s.res.dlqUrl, 1)).toHaveLength(1);
+    // This look is their first receive ever: count 1 means nobody had received them before.
+    const left = await receiveAll(clients.sqs, s.res.queueUrl, 9);
+    expect(left).toHaveLength(9);
+    expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('1'));
+  });
+
+  it('warms up ahead of its first record (state, key, table), never fails doing so, and the first record reads no secret again', async () => {
+    // Prepare: clients that name every call they make
+    const s = await setup();
+    const counted = clientsFor(moto);
+    const calls: string[] = [];
+    counted.ssm.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    counted.secrets.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    counted.ddb.middlewareStack.add(
+      (next, context) => async (args) => {
+        calls.push(String(context.commandName));
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const deps = createWorkerDeps(s.config, counted, { resolver: catalogResolver });
+    const key = newKey('warm');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    // Act
+    await deps.warmUp?.();
+    const warmUpCalls = calls.splice(0).sort();
+    const out = await deliver(s, deps, await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    const missingSecret = createWorkerDeps({ ...s.config, captchaAiSecretName: 'no-such-secret' }, counted);
+    // Assess
+    expect(warmUpCalls).toEqual(['GetItemCommand', 'GetParameterCommand', 'GetSecretValueCommand']);
+    expect(out.batchItemFailures).toEqual([]);
+    expect((await s.store.get(key))?.status).toBe('submitted');
+    expect(calls).toContain('GetParameterCommand');
+    expect(calls).not.toContain('GetSecretValueCommand');
+    await expect(missingSecret.warmUp?.()).resolves.toBeUndefined();
+  });
+
+  it('leaves a batch untouched when the pipeline state already says paused', async () => {
+    const s = await setup();
+    const key = newKey('paused');
+    await s.instance().pipeline.pause('operator test', 'operator');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    const messages = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const out = await deliver(s, s.instance(), messages);
+    expect(out.batchItemFailures).toEqual([{ itemIdentifier: messages[0]!.MessageId }]);
+    expect(submitsFor(key)).toBe(0);
+    expect(await s.store.get(key)).toBeUndefined();
+  });
+
+  it('ends every case of the bad-input catalog with its documented reason, without a solve or a batch crash', async () => {
+    // Prepare
+    const s = await setup();
+    const cases = malformedJobs(target.url, target.sitekey, newKey('bad'));
+    expect(cases.length).toBeGreaterThanOrEqual(30);
+    const submitsBefore = captcha.stats().submits;
+    // Act: in batches of 10, as the poller would hand them over.
+    for (let i = 0; i < cases.length; i += 10) {
+      const chunk = cases.slice(i, i + 10);
+      await sendJobs(
+        clients.sqs,
+        s.res.queueUrl,
+        chunk.map((c) => c.body),
+      );
+      const batch = await receiveAll(clients.sqs, s.res.queueUrl, chunk.length);
+      const out = await deliver(s, s.instance(), batch);
+      expect(out.batchItemFailures).toEqual([]);
+    }
+    // Assess
+    const byKey = new Map((await rows(s)).map((r) => [r.record_key as string, r]));
+    const dlq = await receiveAll(
+      clients.sqs,
+      s.res.dlqUrl,
+      cases.filter((c) => c.expect.kind === 'dlq').length,
+    );
+    const dlqByBody = new Map(dlq.map((m) => [m.Body, m.MessageAttributes]));
+    const outcomes = cases.map((c) => {
+      if (c.expect.kind === 'rejected') {
+        const row = byKey.get(c.expect.recordKey);
+        return [c.name, row?.status, row?.reason];
+      }
+      const attrs = dlqByBody.get(c.body);
+      return [c.name, attrs?.error_code?.StringValue, attrs?.reason?.StringValue];
+    });
+    const expected = cases.map((c) =>
+      c.expect.kind === 'rejected'
+        ? [c.name, 'rejected', c.expect.reason]
+        : [c.name, 'INVALID_JOB', c.expect.reason],
+    );
+    expect(outcomes).toEqual(expected);
+    expect(byKey.size).toBe(cases.filter((c) => c.expect.kind === 'rejected').length);
+    expect(captcha.stats().submits - submitsBefore).toBe(0);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+  });
+
+  it('fails a record with the target status when the form POST answers 500', async () => {
+    const s = await setup();
+    const key = newKey('post500');
+    const url = `${target.url}/fail-post/500/form/${key}`;
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { pageurl: url, submit_url: url })]);
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(out.batchItemFailures).toEqual([]);
+    expect(await s.store.get(key)).toMatchObject({
+      status: 'failed',
+      reason: 'TARGET_HTTP_500',
+      target_status: 500,
+      attempts: 1,
+    });
+  });
+
+  it('fails a record with TARGET_TIMEOUT when the page is too slow, after its task was answered', async () => {
+    const s = await setup({ TARGET_TIMEOUT_MS: '300' });
+    const key = newKey('slow');
+    const url = `${target.url}/slow-page/3000/form/${key}`;
+    const solvedBefore = captcha.stats().solved;
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { pageurl: url, submit_url: url })]);
+    await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'TARGET_TIMEOUT', attempts: 1 });
+    // The task was submitted first (the page loads while CaptchaAI works) and was waited for.
+    expect(captcha.stats().submitsByPageurl[url]).toBe(1);
+    expect(captcha.stats().solved).toBeGreaterThan(solvedBefore);
+  });
+
+  it('keeps the slot until the task is answered when the page load fails after the submit: in flight never exceeds the cap', async () => {
+    // Prepare: a plan of exactly CAP threads, solves that outlast a failing page load many
+    // times over, and CAP slots that each work records one after another. A slot that let go
+    // as soon as its page failed would submit its next task while the last one still held a
+    // thread: more than CAP in flight, and ERROR_ZERO_BALANCE from the stand-in.
+    const CAP = 3;
+    const RECORDS = 12;
+    const plan = await startCaptchaStandin({
+      threads: CAP,
+      apiKey: TEST_API_KEY,
+      timeScale: TEST_TIME_SCALE,
+      latency: { recaptcha_v2: { minMs: 3_000, maxMs: 6_000 } },
+    });
+    try {
+      const s = await setup({
+        CAPTCHAAI_URL: plan.url,
+        CAPTCHAAI_FIRST_POLL_MS: '1000',
+        CAPTCHAAI_POLL_INTERVAL_MS: '1000',
+      });
+      const keys = Array.from({ length: RECORDS }, () => newKey('pagefail'));
+      const urlOf = (key: string) => `${target.url}/fail-page/500/form/${key}`;
+      await sendJobs(
+        clients.sqs,
+        s.res.queueUrl,
+        keys.map((key) => flatJob(key, { pageurl: urlOf(key), submit_url: urlOf(key) })),
+      );
+      const messages = await receiveAll(clients.sqs, s.res.queueUrl, RECORDS);
+      expect(messages).toHaveLength(RECORDS);
+
+      // Act
+      await Promise.all(
+        Array.from({ length: CAP }, async () => {
+          const deps = s.instance();
+          for (let m = messages.shift(); m; m = messages.shift()) await deliver(s, deps, [m]);
+        }),
+      );
+
+      // Assess
+      const stats = plan.stats();
+      expect(stats.submits).toBe(RECORDS);
+      expect(stats.zeroBalance).toBe(0);
+      expect(stats.maxInFlight).toBeLessThanOrEqual(CAP);
+      expect(stats.solved).toBe(RECORDS);
+      for (const key of keys) {
+        expect(await s.store.get(key)).toMatchObject({
+          status: 'failed',
+          reason: 'PAGE_HTTP_500',
+          attempts: 1,
+        });
+      }
+    } finally {
+      await plan.close();
+    }
+  });
+
+  it('fails with TOKEN_EXPIRED instead of posting a token older than its lifetime', async () => {
+    const s = await setup();
+    const key = newKey('expired');
+    const postsBefore = target.stats().posts;
+    const stale = s.instance({
+      solver: async () => ({
+        solve: async () => ({
+          token: 'stale-token',
+          taskId: '1',
+          submits: 1,
+          polls: 1,
+          solveMs: 130_000,
+          solvedAt: Date.now() - 130_000,
+        }),
+      }),
+    });
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    await deliver(s, stale, await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'TOKEN_EXPIRED', attempts: 1 });
+    expect(target.stats().posts).toBe(postsBefore);
+  });
+
+  it('fails an unsolvable task after its one resubmission', async () => {
+    const s = await setup();
+    const key = newKey('unsolvable');
+    captcha.inject('res.php', [{ body: 'ERROR_CAPTCHA_UNSOLVABLE' }, { body: 'ERROR_CAPTCHA_UNSOLVABLE' }]);
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(await s.store.get(key)).toMatchObject({
+      status: 'failed',
+      reason: 'ERROR_CAPTCHA_UNSOLVABLE',
+      attempts: 2,
+    });
+    expect(submitsFor(key)).toBe(2);
+  });
+
+  it('retries a transient failure while the receive count is below the limit, then fails it TRANSIENT_EXHAUSTED', async () => {
+    // Prepare: in.php answers a server error to the first try and both retries, twice over.
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '2', RETRY_DELAY_SECONDS: '1' });
+    const key = newKey('transient');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    const serverError = { body: 'ERROR_SERVER_ERROR' };
+    // Act 1: first receive → batch item failure, claim released.
+    captcha.inject('in.php', Array(3).fill(serverError));
+    const [first] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const out1 = await deliver(s, s.instance(), [first!]);
+    expect(out1.batchItemFailures).toEqual([{ itemIdentifier: first!.MessageId }]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 3 });
+    // The worker gave the message a 1 s visibility (RETRY_DELAY_SECONDS) instead of the queue's
+    // whole visibility timeout (60 s here), so SQS hands it out again after a short wait.
+    // Act 2: the second receive reaches the limit → failed.
+    captcha.inject('in.php', Array(3).fill(serverError));
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const [second] = await receiveAll(clients.sqs, s.res.queueUrl, 1, 60);
+    expect(second?.Attributes?.ApproximateReceiveCount).toBe('2');
+    const out2 = await deliver(s, s.instance(), [second!]);
+    // Assess
+    expect(out2.batchItemFailures).toEqual([]);
+    expect(await s.store.get(key)).toMatchObject({
+      status: 'failed',
+      reason: 'TRANSIENT_EXHAUSTED',
+      attempts: 6,
+    });
+  });
+
+  it('fails a poll timeout with POLL_TIMEOUT and holds the slot for the cool-down', async () => {
+    // Prepare: the task never finishes; the client deadline is 120 s × 0.05 = 6 s.
+    const s = await setup({ COOLDOWN_MS: '45000' });
+    const key = newKey('timeout');
+    const slept: number[] = [];
+    captcha.setFaults({ neverFinish: 1 });
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    try {
+      // Act
+      await deliver(
+        s,
+        s.instance({ sleep: async (ms) => void slept.push(ms) }),
+        await receiveAll(clients.sqs, s.res.queueUrl, 1),
+      );
+    } finally {
+      captcha.setFaults({ neverFinish: 0 });
+    }
+    // Assess
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'POLL_TIMEOUT', attempts: 1 });
+    expect(slept).toEqual([45_000]);
+    expect(submitsFor(key)).toBe(1);
+  });
+
+  it('writes structured JSON logs and EMF metrics, and no line holds the API key or any token the stand-in issued', () => {
+    const text = logs.text();
+    const tokens = target.receivedTokens().filter((t) => t !== 'stale-token');
+    expect(tokens.length).toBeGreaterThanOrEqual(5);
+    expect(text).not.toContain(TEST_API_KEY);
+    for (const token of [...tokens, 'stale-token']) expect(text).not.toContain(token);
+    const lines = logs.lines();
+    expect(
+      lines.some(
+        (l) => l.message === 'outcome' && l.status === 'submitted' && typeof l.recordKey === 'string',
+      ),
+    ).toBe(true);
+    const emf = lines.filter((l) => '_aws' in l);
+    const metricNames = new Set(
+      emf.flatMap((l) =>
+        (
+          (l._aws as { CloudWatchMetrics: Array<{ Metrics: Array<{ Name: string }> }> }).CloudWatchMetrics ??
+          []
+        ).flatMap((m) => m.Metrics.map((x) => x.Name)),
+      ),
+    );
+    expect([...metricNames].sort()).toEqual([
+      'ClaimConflicts',
+      'Outcomes',
+      'ResPhpCalls',
+      'SolveTime',
+      'Solves',
+      'StopEvents',
+    ]);
+    expect(emf.some((l) => l.Outcomes !== undefined && l.status === 'rejected')).toBe(true);
+  });
+});

@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest';
+import { overheadMs, parseFunctionLog, unscaledDurationMs } from '../../../bench/worker-log.js';
+
+function outcomeLine(requestId: string, extra: Record<string, unknown>): string {
+  return JSON.stringify({
+    level: 'INFO',
+    message: 'outcome',
+    timestamp: '2026-11-30T10:00:05.000Z',
+    function_request_id: requestId,
+    recordKey: `key-${requestId}`,
+    captchaType: 'turnstile',
+    ...extra,
+  });
+}
+
+const LOG = [
+  '2026-11-30T10:00:00.000Z envA START RequestId: r1',
+  '2026-11-30T10:00:00.010Z envB START RequestId: r2',
+  `2026-11-30T10:00:05.001Z envA ${outcomeLine('r1', { status: 'submitted', total_ms: 4900, claim_ms: 40, target_ms: 60, solve_ms: 4500, finish_ms: 30 })}`,
+  '2026-11-30T10:00:05.050Z envA END RequestId: r1 Duration: 5050 ms',
+  '2026-11-30T10:00:06.000Z envA START RequestId: r3',
+  '2026-11-30T10:00:07.000Z envA {"level":"INFO","message":"solved","function_request_id":"r3"}',
+  '2026-11-30T10:00:08.000Z envA not json at all',
+  `2026-11-30T10:00:09.000Z envA ${outcomeLine('r3', { status: 'submitted', solve_ms: 2000, target_ms: 100 })}`,
+  '2026-11-30T10:00:09.200Z envA END RequestId: r3 Duration: 3200 ms',
+  '2026-11-30T10:00:40.010Z envB ERROR Sandbox.Timedout: Task timed out after 40 seconds',
+  '2026-11-30T10:00:40.011Z envB END RequestId: r2 Duration: 40001 ms',
+  '',
+].join('\n');
+
+describe('parseFunctionLog', () => {
+  it('joins START, END and the worker’s outcome line per request id', () => {
+    // Act
+    const invocations = parseFunctionLog(LOG);
+
+    // Assess
+    expect(invocations.map((i) => i.requestId)).toEqual(['r1', 'r2', 'r3']);
+    const r1 = invocations[0];
+    expect(r1).toMatchObject({
+      environment: 'envA',
+      startedAt: Date.parse('2026-11-30T10:00:00.000Z'),
+      durationMs: 5050,
+      outcome: {
+        status: 'submitted',
+        recordKey: 'key-r1',
+        captchaType: 'turnstile',
+        at: Date.parse('2026-11-30T10:00:05.000Z'),
+        totalMs: 4900,
+        claimMs: 40,
+        targetMs: 60,
+        solveMs: 4500,
+        finishMs: 30,
+      },
+    });
+  });
+
+  it('marks the first invocation of each execution environment', () => {
+    // Act
+    const invocations = parseFunctionLog(LOG);
+
+    // Assess
+    expect(Object.fromEntries(invocations.map((i) => [i.requestId, i.firstInEnvironment]))).toEqual({
+      r1: true,
+      r2: true,
+      r3: false,
+    });
+  });
+
+  it('gives the runtime’s ERROR line to the invocation open in that environment', () => {
+    // Act
+    const r2 = parseFunctionLog(LOG).find((i) => i.requestId === 'r2');
+
+    // Assess
+    expect(r2?.error).toBe('Sandbox.Timedout: Task timed out after 40 seconds');
+    expect(r2?.outcome).toBeUndefined();
+    expect(r2?.durationMs).toBe(40001);
+  });
+});
+
+describe('overheadMs', () => {
+  it('is the duration minus the solve and the target HTTP', () => {
+    // Prepare
+    const [r1, r2, r3] = parseFunctionLog(LOG);
+
+    // Act / Assess
+    expect(overheadMs(r1!)).toBe(5050 - 4500 - 60);
+    expect(overheadMs(r3!)).toBe(3200 - 2000 - 100);
+    expect(overheadMs(r2!)).toBeUndefined();
+  });
+});
+
+describe('unscaledDurationMs', () => {
+  it('divides only the solve by the time scale and keeps the rest as measured', () => {
+    // Prepare
+    const [r1, r2] = parseFunctionLog(LOG);
+
+    // Act
+    const solvedOne = unscaledDurationMs(r1!, 0.1);
+    const timedOut = unscaledDurationMs(r2!, 0.1);
+
+    // Assess
+    expect(solvedOne).toBeCloseTo(5050 - 4500 + 45_000, 6);
+    // Without timings the whole duration counts as scaled (an overstatement, documented).
+    expect(timedOut).toBeCloseTo(400_010, 6);
+  });
+});

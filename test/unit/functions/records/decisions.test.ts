@@ -1,0 +1,164 @@
+import { describe, expect, it } from 'vitest';
+import {
+  BadTaskError,
+  CaptchaError,
+  InvalidJobError,
+  PollTimeoutError,
+  StopClassError,
+  TargetError,
+  TransientError,
+  UnsolvableError,
+} from '../../../../functions/common/errors.js';
+import {
+  type DecisionContext,
+  decideClaimConflict,
+  decideCrash,
+  decideOutcome,
+  decideTargetResponse,
+} from '../../../../functions/records/decisions.js';
+
+const ctx: DecisionContext = { receiveCount: 1, transientReceiveLimit: 3, cooldownMs: 5_000 };
+const lastReceive: DecisionContext = { ...ctx, receiveCount: 3 };
+const ending: DecisionContext = { ...ctx, aborted: true };
+
+describe('decideOutcome: an error met while working a record', () => {
+  it.each([
+    [
+      'an invalid job with a record key is rejected with its reason',
+      new InvalidJobError('pageurl: must be an absolute http(s) URL', 'r1'),
+      ctx,
+      { action: 'reject', recordKey: 'r1', reason: 'pageurl: must be an absolute http(s) URL' },
+    ],
+    [
+      'an invalid job without a record key goes to the DLQ',
+      new InvalidJobError('message: not valid JSON'),
+      ctx,
+      { action: 'dlq', errorCode: 'INVALID_JOB', reason: 'message: not valid JSON' },
+    ],
+    [
+      'a stop-class error stops the pipeline',
+      new StopClassError('ERROR_KEY_DOES_NOT_EXIST', 'the API key does not exist or was revoked'),
+      ctx,
+      {
+        action: 'stop',
+        code: 'ERROR_KEY_DOES_NOT_EXIST',
+        reason: 'the API key does not exist or was revoked',
+      },
+    ],
+    [
+      'a poll timeout fails the record and keeps the slot for the cool-down',
+      new PollTimeoutError('POLL_TIMEOUT'),
+      ctx,
+      { action: 'fail', reason: 'POLL_TIMEOUT', cooldownMs: 5_000 },
+    ],
+    [
+      'a transient error below the receive limit is retried, releasing the claim',
+      new TransientError('ERROR_SERVER_ERROR'),
+      { ...ctx, receiveCount: 2 },
+      { action: 'retry', release: true, reason: 'ERROR_SERVER_ERROR' },
+    ],
+    [
+      'a transient error at the receive limit fails the record TRANSIENT_EXHAUSTED',
+      new TransientError('ERROR_SERVER_ERROR'),
+      lastReceive,
+      { action: 'fail', reason: 'TRANSIENT_EXHAUSTED' },
+    ],
+    [
+      'unsolvable (after its resubmission) fails the record',
+      new UnsolvableError('ERROR_CAPTCHA_UNSOLVABLE'),
+      ctx,
+      { action: 'fail', reason: 'ERROR_CAPTCHA_UNSOLVABLE' },
+    ],
+    [
+      'a bad task fails the record with its code',
+      new BadTaskError('ERROR_GOOGLEKEY'),
+      ctx,
+      { action: 'fail', reason: 'ERROR_GOOGLEKEY' },
+    ],
+    [
+      'another CaptchaAI error fails the record',
+      new CaptchaError('ERROR_ODD'),
+      ctx,
+      { action: 'fail', reason: 'ERROR_ODD' },
+    ],
+    [
+      'a target error fails the record with its code',
+      new TargetError('TOKEN_EXPIRED', 'old'),
+      ctx,
+      { action: 'fail', reason: 'TOKEN_EXPIRED' },
+    ],
+    [
+      'an unknown error below the receive limit is retried keeping the lease',
+      new Error('ProvisionedThroughputExceeded'),
+      ctx,
+      { action: 'retry', release: false, reason: 'INTERNAL_ERROR' },
+    ],
+    [
+      'an unknown error at the receive limit fails the record INTERNAL_ERROR',
+      new Error('ProvisionedThroughputExceeded'),
+      lastReceive,
+      { action: 'fail', reason: 'INTERNAL_ERROR' },
+    ],
+    [
+      'any error once the invocation is ending is retried keeping the lease (ABORTED)',
+      new TargetError('TARGET_TIMEOUT', 'aborted'),
+      ending,
+      { action: 'retry', release: false, reason: 'ABORTED' },
+    ],
+    [
+      'even a stop-class error is left alone once the invocation is ending',
+      new StopClassError('IP_BANNED', 'banned'),
+      ending,
+      { action: 'retry', release: false, reason: 'ABORTED' },
+    ],
+  ])('%s', (_name, error, context, decision) => {
+    expect(decideOutcome(error, context)).toEqual(decision);
+  });
+});
+
+describe('decideClaimConflict: the claim was refused', () => {
+  it.each([
+    [
+      'a finished record drops the duplicate message',
+      'finished',
+      { action: 'drop', reason: 'ALREADY_FINISHED' },
+    ],
+    [
+      'a record leased elsewhere is retried without touching that lease',
+      'leased',
+      { action: 'retry', release: false, reason: 'LEASED_ELSEWHERE' },
+    ],
+  ] as const)('%s', (_name, why, decision) => {
+    expect(decideClaimConflict(why)).toEqual(decision);
+  });
+
+  it('a record leased elsewhere is retried not before that lease expires', () => {
+    expect(decideClaimConflict('leased', 1_700_000_060_000)).toEqual({
+      action: 'retry',
+      release: false,
+      reason: 'LEASED_ELSEWHERE',
+      notBefore: 1_700_000_060_000,
+    });
+  });
+});
+
+describe('decideTargetResponse: the form POST answered', () => {
+  it.each([
+    [200, { status: 'submitted', reason: 'OK' }],
+    [204, { status: 'submitted', reason: 'OK' }],
+    [302, { status: 'submitted', reason: 'OK' }],
+    [399, { status: 'submitted', reason: 'OK' }],
+    [199, { status: 'failed', reason: 'TARGET_HTTP_199' }],
+    [400, { status: 'failed', reason: 'TARGET_HTTP_400' }],
+    [403, { status: 'failed', reason: 'TARGET_HTTP_403' }],
+    [500, { status: 'failed', reason: 'TARGET_HTTP_500' }],
+  ])('HTTP %i → %o', (httpStatus, outcome) => {
+    expect(decideTargetResponse(httpStatus)).toEqual(outcome);
+  });
+});
+
+describe('decideCrash: the record handling itself threw', () => {
+  it('retries INTERNAL_ERROR keeping the lease', () => {
+    expect(decideCrash()).toEqual({ action: 'retry', release: false, reason: 'INTERNAL_ERROR' });
+  });
+});

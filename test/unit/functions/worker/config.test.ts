@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError } from '../../../../functions/common/errors.js';
+import { readWorkerConfig } from '../../../../functions/worker/config.js';
+
+const env = {
+  TABLE_NAME: 'outcomes',
+  QUEUE_URL: 'http://localhost:5000/123456789012/jobs',
+  QUEUE_ARN: 'arn:aws:sqs:us-east-1:123456789012:jobs',
+  DLQ_URL: 'http://localhost:5000/123456789012/jobs-dlq',
+  PIPELINE_STATE_PARAM: '/threadgate/pipeline-state',
+  CAPTCHAAI_SECRET_NAME: 'threadgate/captchaai-api-key',
+  ALLOWED_HOSTS: 'forms.example.com, *.partner.org, 127.0.0.1:8080',
+  AWS_LAMBDA_FUNCTION_NAME: 'threadgate-worker',
+};
+
+describe('worker config', () => {
+  it('reads the contract variables with their defaults', () => {
+    const config = readWorkerConfig(env);
+    expect(config).toMatchObject({
+      tableName: 'outcomes',
+      captchaAiUrl: 'https://ocr.captchaai.com',
+      timeScale: 1,
+      leaseMs: 900_000,
+      transientReceiveLimit: 3,
+      targetTimeoutMs: 15_000,
+      cooldownMs: 60_000,
+      functionName: 'threadgate-worker',
+    });
+    expect([...config.allowlist.exact]).toEqual(['forms.example.com', '127.0.0.1']);
+    expect(config.allowlist.suffixes).toEqual(['.partner.org']);
+  });
+
+  it('reads the tuning variables', () => {
+    const config = readWorkerConfig({
+      ...env,
+      LEASE_SECONDS: '120',
+      TRANSIENT_RECEIVE_LIMIT: '4',
+      TARGET_TIMEOUT_MS: '2000',
+      COOLDOWN_MS: '0',
+      TIME_SCALE: '0.05',
+      CAPTCHAAI_POLL_INTERVAL_MS: '1000',
+      RETRY_DELAY_SECONDS: '7',
+    });
+    expect(config).toMatchObject({
+      retryDelaySeconds: 7,
+      captchaTimings: {
+        pollIntervalMs: {
+          recaptcha_v2: 1000,
+          recaptcha_v3: 1000,
+          recaptcha_enterprise: 1000,
+          turnstile: 1000,
+          image: 1000,
+        },
+      },
+      leaseMs: 120_000,
+      transientReceiveLimit: 4,
+      targetTimeoutMs: 2000,
+      cooldownMs: 0,
+      timeScale: 0.05,
+    });
+  });
+
+  it('keeps the CaptchaAI HTTP timeout at 5 s or more in real time however fast the time scale', () => {
+    const scaled = readWorkerConfig({ ...env, TIME_SCALE: '0.01' });
+    const unscaled = readWorkerConfig({ ...env, TIME_SCALE: '1', CAPTCHAAI_HTTP_TIMEOUT_MS: '20000' });
+    expect((scaled.captchaTimings.httpTimeoutMs ?? 0) * scaled.timeScale).toBeCloseTo(5000);
+    expect(unscaled.captchaTimings.httpTimeoutMs).toBe(20_000);
+  });
+
+  it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {
+    expect(readWorkerConfig({ ...env, TIME_SCALE: '1' }).retryDelaySeconds).toBe(30);
+    expect(readWorkerConfig({ ...env, TIME_SCALE: '0.01' }).retryDelaySeconds).toBe(1);
+  });
+
+  it.each([
+    ['TABLE_NAME', { TABLE_NAME: '' }],
+    ['ALLOWED_HOSTS', { ALLOWED_HOSTS: ' , ' }],
+    ['ALLOWED_HOSTS', { ALLOWED_HOSTS: 'http://x.com' }],
+    ['LEASE_SECONDS', { LEASE_SECONDS: 'soon' }],
+    ['TRANSIENT_RECEIVE_LIMIT', { TRANSIENT_RECEIVE_LIMIT: '0' }],
+    ['CAPTCHAAI_POLL_INTERVAL_MS', { CAPTCHAAI_POLL_INTERVAL_MS: 'fast' }],
+    ['AWS_LAMBDA_FUNCTION_NAME', { AWS_LAMBDA_FUNCTION_NAME: undefined }],
+  ])('names %s when it is missing or malformed', (setting, patch) => {
+    let error: unknown;
+    try {
+      readWorkerConfig({ ...env, ...patch });
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).setting).toBe(setting);
+  });
+});

@@ -1,0 +1,672 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { join } from 'node:path';
+import { App, Validations } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
+import { ConfigError } from '../../../functions/common/errors.js';
+import { resolveConfig, type ThreadgateSettings, worstCaseAttemptMs } from '../../../infra/config.js';
+import { ThreadgateStack } from '../../../infra/threadgate-stack.js';
+
+type Resource = { Type: string; Properties: Record<string, unknown> };
+type Statement = { Action: string | string[]; Resource: unknown; Effect: string; Condition?: unknown };
+
+const HOSTS = 'forms.example.com,*.staging.example.com';
+
+/** Synthesizes the stack; bundling is skipped (fast) unless `bundle` is set. */
+function synth(settings: ThreadgateSettings = {}, options: { bundle?: boolean } = {}) {
+  const app = new App({
+    context: options.bundle ? { 'aws:cdk:enable-asset-metadata': true } : { 'aws:cdk:bundling-stacks': [] },
+  });
+  const stack = new ThreadgateStack(app, 'Threadgate', { settings: { allowedHosts: HOSTS, ...settings } });
+  return { app, stack, template: Template.fromStack(stack) };
+}
+
+function onlyResource(
+  template: Template,
+  type: string,
+  props: Record<string, unknown> = {},
+): [string, Resource] {
+  const found = Object.entries(template.findResources(type, { Properties: props })) as [string, Resource][];
+  expect(found, `${type} matching ${JSON.stringify(props)}`).toHaveLength(1);
+  return found[0]!;
+}
+
+/** Every statement of every IAM policy attached to the role of the named function. */
+function statementsOf(template: Template, functionName: string): Statement[] {
+  const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: functionName });
+  const roleId = (fn.Properties.Role as { 'Fn::GetAtt': [string, string] })['Fn::GetAtt'][0];
+  const policies = Object.values(template.findResources('AWS::IAM::Policy')) as Resource[];
+  return policies
+    .filter((p) => JSON.stringify(p.Properties.Roles) === JSON.stringify([{ Ref: roleId }]))
+    .flatMap((p) => (p.Properties.PolicyDocument as { Statement: Statement[] }).Statement);
+}
+
+function actionsOf(s: Statement): string[] {
+  return Array.isArray(s.Action) ? s.Action : [s.Action];
+}
+
+function statementsWith(statements: Statement[], action: string): Statement[] {
+  return statements.filter((s) => actionsOf(s).includes(action));
+}
+
+describe('ThreadgateStack with default settings', () => {
+  let template: Template;
+  let stack: ThreadgateStack;
+  let json: string;
+
+  beforeAll(() => {
+    ({ template, stack } = synth());
+    json = JSON.stringify(template.toJSON());
+  });
+
+  it('runs the worker on Node.js 22, arm64, with reserved concurrency equal to the initial cap', () => {
+    // Prepare / Act: synthesized in beforeAll. Assess:
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-worker',
+      Runtime: 'nodejs22.x',
+      Architectures: ['arm64'],
+      Handler: 'index.handler',
+      ReservedConcurrentExecutions: 4,
+      Timeout: stack.config.workerTimeoutSeconds,
+    });
+  });
+
+  it('sizes the worker timeout to cover the worst-case attempt', () => {
+    const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
+    expect((fn.Properties.Timeout as number) * 1000).toBeGreaterThanOrEqual(
+      worstCaseAttemptMs(stack.config.targetTimeoutMs, stack.config.cooldownMs),
+    );
+    // Two full 120 s CaptchaAI deadlines (UNSOLVABLE gets one fresh resubmission) plus back-offs.
+    expect(fn.Properties.Timeout as number).toBeGreaterThan(270);
+  });
+
+  it('maps the jobs queue with batch size 1, partial batch responses and MaximumConcurrency equal to the cap', () => {
+    const [queueId] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
+    onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [queueId, 'Arn'] },
+      BatchSize: 1,
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      ScalingConfig: { MaximumConcurrency: 4 },
+      Enabled: true,
+    });
+    // The other mapping is the outcome stream's (its own test below).
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 2);
+  });
+
+  it('gives the jobs queue a visibility timeout of six times the worker timeout and SQS-managed encryption', () => {
+    const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
+    const [, queue] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
+    expect(queue.Properties.VisibilityTimeout).toBe((fn.Properties.Timeout as number) * 6);
+    expect(queue.Properties.SqsManagedSseEnabled).toBe(true);
+  });
+
+  it('redrives to a DLQ that keeps messages 14 days, after at least 5 receives', () => {
+    const [, queue] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
+    const redrive = queue.Properties.RedrivePolicy as {
+      maxReceiveCount: number;
+      deadLetterTargetArn: unknown;
+    };
+    expect(redrive.maxReceiveCount).toBeGreaterThanOrEqual(5);
+    const dlqId = (redrive.deadLetterTargetArn as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0];
+    const dlq = template.toJSON().Resources[dlqId] as Resource;
+    expect(dlq.Properties.MessageRetentionPeriod).toBe(14 * 24 * 3600);
+    expect(dlq.Properties.SqsManagedSseEnabled).toBe(true);
+  });
+
+  it('keeps outcomes in an on-demand table keyed by record_key with point-in-time recovery', () => {
+    template.hasResourceProperties('AWS::DynamoDB::Table', {
+      KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
+      BillingMode: 'PAY_PER_REQUEST',
+      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+    });
+  });
+
+  it('indexes outcome rows by batch_id and updated_at, with every attribute, so a batch is read without a scan', () => {
+    template.hasResourceProperties('AWS::DynamoDB::Table', {
+      AttributeDefinitions: Match.arrayWith([
+        { AttributeName: 'batch_id', AttributeType: 'S' },
+        { AttributeName: 'updated_at', AttributeType: 'S' },
+      ]),
+      GlobalSecondaryIndexes: [
+        {
+          IndexName: 'batch_id-updated_at',
+          KeySchema: [
+            { AttributeName: 'batch_id', KeyType: 'HASH' },
+            { AttributeName: 'updated_at', KeyType: 'RANGE' },
+          ],
+          Projection: { ProjectionType: 'ALL' },
+        },
+      ],
+    });
+  });
+
+  it('publishes outcomes from the table stream (new and old images) to an encrypted outcomes queue', () => {
+    // Prepare
+    const [tableId] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      StreamSpecification: { StreamViewType: 'NEW_AND_OLD_IMAGES' },
+    });
+    const [publisherId, publisher] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-outcome-publisher',
+    });
+    // Assess: the mapping starts at the oldest record, one batch at a time, partial failures retried
+    onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
+      EventSourceArn: { 'Fn::GetAtt': [tableId, 'StreamArn'] },
+      FunctionName: { Ref: publisherId },
+      StartingPosition: 'TRIM_HORIZON',
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      ParallelizationFactor: 1,
+      BatchSize: 100,
+    });
+    const queueUrl = (publisher.Properties.Environment as { Variables: Record<string, unknown> }).Variables
+      .OUTCOMES_QUEUE_URL as { Ref: string };
+    const queue = template.toJSON().Resources[queueUrl.Ref] as Resource;
+    expect(queue.Type).toBe('AWS::SQS::Queue');
+    expect(queue.Properties.SqsManagedSseEnabled).toBe(true);
+    template.hasOutput('OutcomesQueueUrl', { Value: queueUrl });
+    // It sends to its queue, reads the stream and touches nothing else.
+    const statements = statementsOf(template, 'Threadgate-outcome-publisher');
+    const actions = statements.flatMap(actionsOf);
+    expect(actions.filter((a) => a.startsWith('dynamodb:')).sort()).toEqual([
+      'dynamodb:DescribeStream',
+      'dynamodb:GetRecords',
+      'dynamodb:GetShardIterator',
+      'dynamodb:ListStreams',
+    ]);
+    expect(statements.filter((s) => s.Resource === '*').flatMap(actionsOf)).toEqual(['dynamodb:ListStreams']);
+    expect(actions.some((a) => a === 'dynamodb:GetItem' || a.startsWith('secretsmanager:'))).toBe(false);
+    expect(statementsWith(statements, 'sqs:SendMessage')[0]!.Resource).toEqual({
+      'Fn::GetAtt': [queueUrl.Ref, 'Arn'],
+    });
+  });
+
+  it('runs the cap adjuster from an EventBridge rule every minute', () => {
+    const [adjusterId] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-cap-adjuster',
+    });
+    template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 minute)',
+      State: 'ENABLED',
+      Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [adjusterId, 'Arn'] } })],
+    });
+    template.hasResourceProperties('AWS::Lambda::Permission', {
+      FunctionName: { 'Fn::GetAtt': [adjusterId, 'Arn'] },
+      Principal: 'events.amazonaws.com',
+    });
+    template.resourceCountIs('AWS::Scheduler::Schedule', 0);
+  });
+
+  it('creates the pipeline-state parameter unpaused', () => {
+    template.hasResourceProperties('AWS::SSM::Parameter', {
+      Name: '/Threadgate/pipeline-state',
+      Type: 'String',
+      Value: '{"paused":false}',
+    });
+  });
+
+  it('sets every environment variable of the contract on the worker', () => {
+    const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(Object.keys(env).sort()).toEqual(
+      [
+        'TABLE_NAME',
+        'QUEUE_URL',
+        'QUEUE_ARN',
+        'DLQ_URL',
+        'PIPELINE_STATE_PARAM',
+        'CAPTCHAAI_URL',
+        'CAPTCHAAI_SECRET_NAME',
+        'TIME_SCALE',
+        'ALLOWED_HOSTS',
+        'LEASE_SECONDS',
+        'TRANSIENT_RECEIVE_LIMIT',
+        'TARGET_TIMEOUT_MS',
+        'COOLDOWN_MS',
+        'CAPTCHAAI_POLL_INTERVAL_MS',
+        'CAPTCHAAI_FIRST_POLL_MS',
+        'CAPTCHAAI_POLL_BUDGET',
+        'POWERTOOLS_SERVICE_NAME',
+        'POWERTOOLS_METRICS_NAMESPACE',
+        'NODE_OPTIONS',
+      ].sort(),
+    );
+    expect(env).toMatchObject({
+      CAPTCHAAI_URL: 'https://ocr.captchaai.com',
+      CAPTCHAAI_SECRET_NAME: 'threadgate/captchaai-api-key',
+      ALLOWED_HOSTS: HOSTS,
+      TIME_SCALE: '1',
+      TRANSIENT_RECEIVE_LIMIT: '3',
+      CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(DEFAULT_TIMINGS.pollIntervalMs),
+      CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(DEFAULT_TIMINGS.firstPollMs),
+      CAPTCHAAI_POLL_BUDGET: '17',
+      POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
+      NODE_OPTIONS: '--enable-source-maps',
+    });
+    expect(Number(env.LEASE_SECONDS)).toBeGreaterThan(fn.Properties.Timeout as number);
+  });
+
+  it('sets every environment variable of the contract on the cap adjuster', () => {
+    const [, fn] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-cap-adjuster',
+    });
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env).toMatchObject({
+      WORKER_FUNCTION_NAME: 'Threadgate-worker',
+      QUEUE_ARN: { 'Fn::GetAtt': [expect.stringMatching(/^JobsQueue/), 'Arn'] },
+      CAPTCHAAI_URL: 'https://ocr.captchaai.com',
+      CAPTCHAAI_SECRET_NAME: 'threadgate/captchaai-api-key',
+      TIME_SCALE: '1',
+      RESERVE: '1',
+      MIN_CAP: '1',
+      MAX_CAP: '100',
+      POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
+    });
+    expect(env.PIPELINE_STATE_PARAM).toEqual({ Ref: expect.stringMatching(/^PipelineStateParameter/) });
+  });
+
+  it('lets the worker update only its own mapping and never touch concurrency', () => {
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
+    const statements = statementsOf(template, 'Threadgate-worker');
+    const update = statementsWith(statements, 'lambda:UpdateEventSourceMapping');
+    expect(update).toHaveLength(1);
+    expect(JSON.stringify(update[0]!.Resource)).toContain(`":event-source-mapping:",{"Ref":"${mappingId}"}`);
+    expect(statementsWith(statements, 'lambda:GetEventSourceMapping')[0]!.Resource).toEqual(
+      update[0]!.Resource,
+    );
+    for (const action of ['lambda:PutFunctionConcurrency', 'lambda:DeleteFunctionConcurrency']) {
+      expect(statementsWith(statements, action)).toEqual([]);
+    }
+    // Only ListEventSourceMappings (no resource-level permissions in IAM) gets "*".
+    const star = statements.filter((s) => s.Resource === '*');
+    expect(star.flatMap(actionsOf)).toEqual(['lambda:ListEventSourceMappings']);
+  });
+
+  it("lets the cap adjuster change only the worker's concurrency and mapping", () => {
+    const [workerId] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
+    const statements = statementsOf(template, 'Threadgate-cap-adjuster');
+    for (const action of [
+      'lambda:PutFunctionConcurrency',
+      'lambda:GetFunctionConcurrency',
+      'lambda:DeleteFunctionConcurrency',
+    ]) {
+      const found = statementsWith(statements, action);
+      expect(found, action).toHaveLength(1);
+      expect(found[0]!.Resource).toEqual({ 'Fn::GetAtt': [workerId, 'Arn'] });
+    }
+    const update = statementsWith(statements, 'lambda:UpdateEventSourceMapping');
+    expect(update).toHaveLength(1);
+    expect(JSON.stringify(update[0]!.Resource)).toContain(`{"Ref":"${mappingId}"}`);
+    const star = statements.filter((s) => s.Resource === '*');
+    expect(star.flatMap(actionsOf)).toEqual(['lambda:ListEventSourceMappings']);
+    // It reads no queue and no table.
+    expect(
+      statements.flatMap(actionsOf).filter((a) => a.startsWith('sqs:') || a.startsWith('dynamodb:')),
+    ).toEqual([]);
+  });
+
+  it.each(['Threadgate-worker', 'Threadgate-cap-adjuster'])(
+    '%s reads the API key secret by name only and writes only the pipeline-state parameter',
+    (functionName) => {
+      const statements = statementsOf(template, functionName);
+      const secret = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')));
+      expect(secret).toHaveLength(1);
+      expect(actionsOf(secret[0]!)).toContain('secretsmanager:GetSecretValue');
+      expect(JSON.stringify(secret[0]!.Resource)).toContain(':secret:threadgate/captchaai-api-key-??????');
+      const ssm = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('ssm:')));
+      expect(ssm).toHaveLength(1);
+      expect(actionsOf(ssm[0]!).sort()).toEqual(['ssm:GetParameter', 'ssm:PutParameter']);
+      expect(JSON.stringify(ssm[0]!.Resource)).toMatch(/"Ref":"PipelineStateParameter[0-9A-F]+"/);
+    },
+  );
+
+  it('gives the worker only get/update on its outcomes table, send on its DLQ and consume on its queue', () => {
+    const statements = statementsOf(template, 'Threadgate-worker');
+    const dynamo = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
+    expect(dynamo.flatMap(actionsOf).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:UpdateItem']);
+    const [queueId, queue] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
+    const dlqArn = (queue.Properties.RedrivePolicy as { deadLetterTargetArn: unknown }).deadLetterTargetArn;
+    expect(statementsWith(statements, 'sqs:SendMessage').map((s) => s.Resource)).toEqual([dlqArn]);
+    expect(statementsWith(statements, 'sqs:ReceiveMessage').map((s) => s.Resource)).toEqual([
+      { 'Fn::GetAtt': [queueId, 'Arn'] },
+    ]);
+  });
+
+  it('attaches no managed policies and grants no wildcard actions', () => {
+    for (const [, role] of Object.entries(template.findResources('AWS::IAM::Role')) as [string, Resource][]) {
+      expect(role.Properties.ManagedPolicyArns).toBeUndefined();
+    }
+    const all = [
+      ...statementsOf(template, 'Threadgate-worker'),
+      ...statementsOf(template, 'Threadgate-cap-adjuster'),
+    ];
+    expect(all.flatMap(actionsOf).filter((a) => a.includes('*'))).toEqual([]);
+  });
+
+  it('holds no secret value: no secret resource, no key-like variables, the key only by secret name', () => {
+    template.resourceCountIs('AWS::SecretsManager::Secret', 0);
+    for (const [, fn] of Object.entries(template.findResources('AWS::Lambda::Function')) as [
+      string,
+      Resource,
+    ][]) {
+      const names = Object.keys(
+        (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables,
+      );
+      expect(names.filter((n) => /KEY|TOKEN|PASSWORD/.test(n) && n !== 'CAPTCHAAI_SECRET_NAME')).toEqual([]);
+    }
+    expect(json).not.toMatch(/apiKey|api_key/i);
+  });
+
+  it('refers to no resource type moto skips (alarms, schedules, secrets, queue policies)', () => {
+    const resources = template.toJSON().Resources as Record<string, Resource>;
+    const skipped = new Set(
+      Object.entries(resources)
+        .filter(([, r]) =>
+          [
+            'AWS::CloudWatch::Alarm',
+            'AWS::Scheduler::Schedule',
+            'AWS::SecretsManager::Secret',
+            'AWS::SQS::QueuePolicy',
+          ].includes(r.Type),
+        )
+        .map(([id]) => id),
+    );
+    expect(skipped.size).toBeGreaterThan(0);
+    const referenced = new Set<string>();
+    const walk = (node: unknown): void => {
+      if (Array.isArray(node)) node.forEach(walk);
+      else if (node && typeof node === 'object') {
+        for (const [k, v] of Object.entries(node)) {
+          if (k === 'Ref' && typeof v === 'string') referenced.add(v);
+          else if (k === 'Fn::GetAtt' && Array.isArray(v)) referenced.add(String(v[0]));
+          else walk(v);
+        }
+      }
+    };
+    walk({ resources, outputs: template.toJSON().Outputs });
+    for (const r of Object.values(resources)) walk((r as { DependsOn?: unknown }).DependsOn ?? []);
+    expect([...skipped].filter((id) => referenced.has(id))).toEqual([]);
+  });
+
+  it('alarms on a non-empty DLQ, a paused pipeline, old jobs and adjuster errors', () => {
+    template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Namespace: 'AWS/SQS',
+      Threshold: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'PipelinePaused',
+      Namespace: 'Threadgate',
+      Dimensions: [{ Name: 'service', Value: 'Threadgate' }],
+      Threshold: 1,
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Threshold: 3600,
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'Errors',
+      Namespace: 'AWS/Lambda',
+      Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^CapAdjusterFunction') } }],
+    });
+  });
+
+  it('puts in flight, cap, plan and working threads, queue and DLQ depth and outcomes on the dashboard', () => {
+    const [, dashboard] = onlyResource(template, 'AWS::CloudWatch::Dashboard');
+    // The body is a Fn::Join of JSON text and references; stand the references in as strings.
+    const parts = (dashboard.Properties.DashboardBody as { 'Fn::Join': [string, unknown[]] })['Fn::Join'][1];
+    const body = JSON.parse(parts.map((p) => (typeof p === 'string' ? p : 'REF')).join('')) as {
+      widgets: { properties: { metrics: unknown[][] } }[];
+    };
+    const shown = body.widgets.flatMap((w) =>
+      w.properties.metrics.map((m) =>
+        typeof m[0] === 'string' ? `${m[0]}/${m[1]}` : String((m[0] as { expression: string }).expression),
+      ),
+    );
+    for (const metric of [
+      'AWS/Lambda/ConcurrentExecutions',
+      'Threadgate/Cap',
+      'Threadgate/PlanThreads',
+      'Threadgate/WorkingThreads',
+      'Threadgate/ExternalThreadsBusy',
+      'AWS/SQS/ApproximateNumberOfMessagesVisible',
+      'Threadgate/SolveTime',
+      'Threadgate/PipelinePaused',
+    ]) {
+      expect(shown, metric).toContain(metric);
+    }
+    expect(shown.filter((m) => m.startsWith('AWS/SQS/ApproximateNumberOfMessagesVisible'))).toHaveLength(2);
+    expect(shown.some((m) => m.startsWith('SEARCH(') && m.includes('MetricName="Outcomes"'))).toBe(true);
+  });
+
+  it('exports every output the CLI and the local runtime read', () => {
+    expect(Object.keys(template.toJSON().Outputs).sort()).toEqual(
+      [
+        'QueueUrl',
+        'QueueArn',
+        'DlqUrl',
+        'DlqArn',
+        'TableName',
+        'WorkerFunctionName',
+        'AdjusterFunctionName',
+        'MappingUuid',
+        'PipelineStateParameter',
+        'AdjusterRuleName',
+        'SecretName',
+        'OutcomesQueueUrl',
+      ].sort(),
+    );
+    template.hasOutput('SecretName', { Value: 'threadgate/captchaai-api-key' });
+    const [mappingId] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', { BatchSize: 1 });
+    template.hasOutput('MappingUuid', { Value: { Ref: mappingId } });
+  });
+});
+
+describe('ThreadgateStack with other settings', () => {
+  it('leaves out the outcome stream (queue, publisher, mapping, table stream, output) with outcomeStream=false', () => {
+    // Prepare / Act: as CDK context gives it, a string
+    const { template } = synth({ outcomeStream: 'false' });
+    // Assess
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
+    template.resourceCountIs('AWS::Lambda::Function', 2);
+    template.resourceCountIs('AWS::SQS::Queue', 2);
+    template.hasResourceProperties('AWS::DynamoDB::Table', { StreamSpecification: Match.absent() });
+    expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomesQueueUrl');
+  });
+
+  it('holds a cap of 1 by reserved concurrency alone, without a mapping maximum', () => {
+    // Prepare / Act
+    const { template } = synth({ initialCap: 1, minCap: 1 });
+    // Assess
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-worker',
+      ReservedConcurrentExecutions: 1,
+    });
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      BatchSize: 1,
+      ScalingConfig: Match.absent(),
+    });
+  });
+
+  it('takes its settings from CDK context, as strings', () => {
+    const app = new App({
+      context: {
+        'aws:cdk:bundling-stacks': [],
+        stackName: 'Tg-staging',
+        reserve: '2',
+        initialCap: '7',
+        allowedHosts: 'a.example.com',
+        timeScale: '0.01',
+        cooldownMs: '500',
+        targetTimeoutMs: '1000',
+        captchaaiUrl: 'http://localhost:4010/',
+        secretName: 'tg/key',
+      },
+    });
+    const stack = new ThreadgateStack(app, 'Tg-staging');
+    const template = Template.fromStack(stack);
+    // 10 s setup + two 1 s target calls + 0.5 s cool-down + CaptchaAI waits × 0.01 (3.3 s).
+    const timeout = 16;
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Tg-staging-worker',
+      ReservedConcurrentExecutions: 7,
+      Timeout: timeout,
+      Environment: {
+        Variables: Match.objectLike({
+          CAPTCHAAI_URL: 'http://localhost:4010',
+          CAPTCHAAI_SECRET_NAME: 'tg/key',
+          TIME_SCALE: '0.01',
+          ALLOWED_HOSTS: 'a.example.com',
+          POWERTOOLS_SERVICE_NAME: 'Tg-staging',
+        }),
+      },
+    });
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Tg-staging-cap-adjuster',
+      Environment: {
+        Variables: Match.objectLike({ RESERVE: '2', WORKER_FUNCTION_NAME: 'Tg-staging-worker' }),
+      },
+    });
+    template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 6 * timeout });
+    template.hasResourceProperties('AWS::SSM::Parameter', { Name: '/Tg-staging/pipeline-state' });
+  });
+
+  it('bundles each handler with all its dependencies inside the asset', () => {
+    // Prepare / Act
+    const { app } = synth({}, { bundle: true });
+    const assembly = app.synth();
+    const template = assembly.getStackByName('Threadgate').template as {
+      Resources: Record<string, Resource>;
+    };
+    // Assess
+    const fns = Object.values(template.Resources).filter((r) => r.Type === 'AWS::Lambda::Function');
+    expect(fns).toHaveLength(3);
+    for (const fn of fns) {
+      const assetPath = (fn as unknown as { Metadata: Record<string, string> }).Metadata['aws:asset:path']!;
+      const code = readFileSync(join(assembly.directory, assetPath, 'index.js'), 'utf8');
+      expect(existsSync(join(assembly.directory, assetPath, 'index.js.map'))).toBe(true);
+      expect(code).toContain('handler');
+      // Nothing left to resolve from node_modules at run time (node: built-ins only).
+      const requires = [...code.matchAll(/require\("([^"]+)"\)/g)].map((m) => m[1]!);
+      // The SDK's optional CRT signer (SigV4a only) is required inside a try; it may stay outside.
+      const optional = new Set(['@aws-sdk/signature-v4-crt']);
+      const external = requires.filter(
+        // node:-prefixed modules are built in (node:sqlite is prefix-only, so not in this Node's list).
+        (r) => !r.startsWith('node:') && !builtinModules.includes(r) && !optional.has(r),
+      );
+      expect(external).toEqual([]);
+    }
+  });
+});
+
+describe('cdk-nag (AwsSolutions)', () => {
+  it('finds nothing unacknowledged in the stack', () => {
+    // Prepare
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    new ThreadgateStack(app, 'Threadgate', { settings: { allowedHosts: HOSTS } });
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    // Act / Assess
+    expect(() => app.synth()).not.toThrow();
+  });
+
+  it('fails synth when a finding is not acknowledged', () => {
+    // Prepare: a wildcard grant no acknowledgement covers.
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+    const stack = new ThreadgateStack(app, 'Threadgate', { settings: { allowedHosts: HOSTS } });
+    stack.worker.role.addToPrincipalPolicy(
+      new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: ['*'] }),
+    );
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    // Act / Assess
+    expect(() => app.synth()).toThrow(/AwsSolutions-IAM5\[Resource::\*\]/);
+  });
+});
+
+describe('settings validation at synth time', () => {
+  it.each<[string, ThreadgateSettings, RegExp]>([
+    ['reserve', { reserve: -1 }, /^reserve: must be >= 0/],
+    ['reserve', { reserve: 'two' }, /^reserve: must be a number/],
+    ['minCap', { minCap: 0 }, /^minCap: must be >= 1/],
+    ['minCap', { minCap: 10, maxCap: 5 }, /^minCap: must be <= maxCap/],
+    ['maxCap', { maxCap: 1001 }, /^maxCap: must be <= 1000/],
+    [
+      'initialCap',
+      { initialCap: 50, maxCap: 20 },
+      /^initialCap: must be between minCap \(1\) and maxCap \(20\)/,
+    ],
+    ['initialCap', { initialCap: 2.5 }, /^initialCap: must be a whole number/],
+    ['allowedHosts', { allowedHosts: 'ok.example.com,http://bad' }, /^allowedHosts: "http:\/\/bad"/],
+    [
+      'captchaaiUrl',
+      { captchaaiUrl: 'ocr.captchaai.com' },
+      /^captchaaiUrl: must be an absolute http\(s\) URL/,
+    ],
+    ['captchaaiUrl', { captchaaiUrl: 'ftp://x' }, /^captchaaiUrl: must be an http\(s\) URL/],
+    ['secretName', { secretName: 'arn:aws:secretsmanager:us-east-1:1:secret:x' }, /^secretName: /],
+    ['stackName', { stackName: '1bad_name' }, /^stackName: must start with a letter/],
+    ['timeScale', { timeScale: 0 }, /^timeScale: must be >= /],
+    ['timeScale', { timeScale: 3 }, /^timeScale: the worst-case attempt .* exceeds Lambda's 900 s limit/],
+    [
+      'workerTimeoutSeconds',
+      { workerTimeoutSeconds: 60 },
+      /^workerTimeoutSeconds: must cover the worst-case attempt of \d+ s/,
+    ],
+    ['workerTimeoutSeconds', { workerTimeoutSeconds: 901 }, /^workerTimeoutSeconds: must be <= 900/],
+    ['maxReceiveCount', { maxReceiveCount: 4 }, /^maxReceiveCount: must be >= 5/],
+    [
+      'transientReceiveLimit',
+      { transientReceiveLimit: 5 },
+      /^transientReceiveLimit: must be below maxReceiveCount \(5\)/,
+    ],
+    ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must exceed workerTimeoutSeconds/],
+    ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
+    ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
+    ['outcomeStream', { outcomeStream: 'no' }, /^outcomeStream: must be true or false/],
+    [
+      'pollIntervalMs',
+      { pollIntervalMs: 100 },
+      /^pollIntervalMs: recaptcha_v2 must be .* within 500\.\.60000/,
+    ],
+    [
+      'pollIntervalMs',
+      { pollIntervalMs: '{"hcaptcha":1000}' },
+      /^pollIntervalMs: unknown CAPTCHA type "hcaptcha"/,
+    ],
+    ['pollBudget', { pollBudget: 25 }, /^pollBudget: must be <= 19/],
+  ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
+    // Act
+    const attempt = () =>
+      new ThreadgateStack(new App(), 'Threadgate', { settings: { allowedHosts: HOSTS, ...settings } });
+    // Assess
+    expect(attempt).toThrow(ConfigError);
+    expect(attempt).toThrow(message);
+    try {
+      attempt();
+    } catch (err) {
+      expect((err as ConfigError).setting).toBe(setting);
+    }
+  });
+
+  it('documents a default for every setting (only the allowlist and the alarm topic start empty)', () => {
+    const config = resolveConfig({});
+    expect(config).toMatchObject({
+      stackName: 'Threadgate',
+      reserve: 1,
+      initialCap: 4,
+      minCap: 1,
+      maxCap: 100,
+      allowedHosts: [],
+      captchaaiUrl: 'https://ocr.captchaai.com',
+      secretName: 'threadgate/captchaai-api-key',
+      timeScale: 1,
+      maxReceiveCount: 5,
+      transientReceiveLimit: 3,
+      alarmTopicArn: undefined,
+    });
+  });
+});

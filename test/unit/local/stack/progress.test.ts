@@ -1,0 +1,51 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { mockClient } from 'aws-sdk-client-mock';
+import { describe, expect, it } from 'vitest';
+import { progressLine } from '../../../../cli/commands/local.js';
+import type { LocalStack } from '../../../../local/stack/local-stack.js';
+import { progressOf } from '../../../../local/stack/run.js';
+
+/** Just what progressOf reads: a Scan page of outcome rows, DLQ depth, pipeline state, cap, stand-in counts. */
+function stackWithRows(rows: Record<string, unknown>[]): LocalStack {
+  // A real document client with its send mocked: the SDK's paginators accept only real clients.
+  const documents = DynamoDBDocumentClient.from(new DynamoDBClient({ region: 'us-east-1' }));
+  mockClient(documents).on(ScanCommand).resolves({ Items: rows });
+  return {
+    outputs: { TableName: 'outcomes', DlqUrl: 'dlq', MappingUuid: 'm', WorkerFunctionName: 'worker' },
+    lambda: { send: async () => ({ ReservedConcurrentExecutions: 6 }) },
+    documents,
+    sqs: {
+      send: async () => ({
+        Attributes: { ApproximateNumberOfMessages: '1', ApproximateNumberOfMessagesNotVisible: '0' },
+      }),
+    },
+    control: {
+      readState: async () => ({ paused: false }),
+      readMapping: async () => ({ enabled: true, maximumConcurrency: 6 }),
+    },
+    runtime: undefined,
+    captcha: { stats: () => ({ inFlight: 2, threads: 8 }) },
+  } as unknown as LocalStack;
+}
+
+describe('local run progress', () => {
+  it('never counts a row without a status (moto shows a claim half-written) as "undefined"', async () => {
+    // Prepare: a claim caught between moto storing the bare key and applying its SET.
+    const stack = stackWithRows([
+      { record_key: 'a', status: 'in_progress' },
+      { record_key: 'b', status: 'submitted' },
+      { record_key: 'c' },
+    ]);
+
+    // Act
+    const progress = await progressOf(stack, { keys: new Set(['a', 'b', 'c']), unkeyed: 1 }, Date.now(), 4);
+    const line = progressLine(progress);
+
+    // Assess
+    expect(progress.outcomes).toEqual({ in_progress: 1, submitted: 1 });
+    expect(progress.done).toBe(2); // one submitted + one DLQ message
+    expect(line).not.toContain('undefined');
+    expect(line).toContain('in_progress 1, submitted 1');
+  });
+});

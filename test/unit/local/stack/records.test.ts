@@ -1,0 +1,84 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { validateJobMessage } from '../../../../functions/records/job-schema.js';
+import {
+  expectedOutcomes,
+  generatedRecords,
+  mixedTypes,
+  parseMix,
+  readRecordsFile,
+  sampleRecords,
+} from '../../../../local/stack/records.js';
+
+const TARGET = 'http://127.0.0.1:8932';
+
+describe('local stack records', () => {
+  it('generates valid job messages of every sample type, one record key each', () => {
+    // Act
+    const bodies = generatedRecords(TARGET, 'site-key', 10, 'gen');
+    const results = bodies.map((b) => validateJobMessage(b));
+    // Assess
+    expect(results.every((r) => r.ok)).toBe(true);
+    const types = results.map((r) => (r.ok ? (r.job.captcha?.type ?? 'recaptcha_v2') : 'invalid'));
+    expect(new Set(types)).toEqual(
+      new Set(['recaptcha_v2', 'recaptcha_v3', 'recaptcha_enterprise', 'turnstile']),
+    );
+    expect(expectedOutcomes(bodies)).toEqual({
+      keys: new Set(bodies.map((b) => JSON.parse(b).record_key)),
+      unkeyed: 0,
+    });
+  });
+
+  it('mixes three bad records into the default sample: one without a usable key, two with reasons to reject', () => {
+    // Act
+    const bodies = sampleRecords(TARGET, 'site-key', 'smp');
+    const invalid = bodies.filter((b) => !validateJobMessage(b).ok);
+    // Assess
+    expect(bodies).toHaveLength(40);
+    expect(invalid).toHaveLength(2);
+    expect(invalid.map((b) => validateJobMessage(b)).map((r) => (r.ok ? '' : r.reason))).toEqual([
+      'message: not valid JSON',
+      expect.stringContaining('sitekey'),
+    ]);
+    expect(bodies.some((b) => b.includes('http://10.0.0.1/form'))).toBe(true);
+    expect(expectedOutcomes(bodies).unkeyed).toBe(1);
+    expect(expectedOutcomes(bodies).keys.size).toBe(39);
+  });
+
+  it('reads a records file verbatim, skipping only blank lines', () => {
+    // Prepare
+    const dir = mkdtempSync(join(tmpdir(), 'threadgate-records-'));
+    const file = join(dir, 'jobs.jsonl');
+    writeFileSync(file, '{"record_key":"a"}\r\n\n  {not json\n{"record_key":"a"}\n');
+    // Act
+    const lines = readRecordsFile(file);
+    rmSync(dir, { recursive: true });
+    // Assess
+    expect(lines).toEqual(['{"record_key":"a"}', '  {not json', '{"record_key":"a"}']);
+    expect(expectedOutcomes(lines)).toEqual({ keys: new Set(['a']), unkeyed: 1 });
+  });
+
+  it('generates records by the weights of a mix, spread through the run', () => {
+    const mix = parseMix('recaptcha_v2=3, turnstile=1');
+    expect(mix).toEqual({ recaptcha_v2: 3, turnstile: 1 });
+    const types = mixedTypes(8, mix);
+    expect(types.filter((t) => t === 'turnstile')).toHaveLength(2);
+    expect(types.slice(0, 4).filter((t) => t === 'turnstile')).toHaveLength(1);
+    const bodies = generatedRecords(TARGET, 'site-key', 4, 'mix', { recaptcha_v2: 1 });
+    const results = bodies.map((b) => validateJobMessage(b));
+    expect(results.map((r) => (r.ok ? (r.job.captcha?.type ?? 'recaptcha_v2') : 'invalid'))).toEqual(
+      Array(4).fill('recaptcha_v2'),
+    );
+  });
+
+  it.each([
+    ['hcaptcha=1', /unknown or unsupported CAPTCHA type "hcaptcha"/],
+    ['image=1', /unsupported CAPTCHA type "image"/],
+    ['recaptcha_v2=x', /weight of recaptcha_v2/],
+    ['turnstile=0', /at least one type/],
+  ])('refuses the mix %s with a message naming the problem', (text, message) => {
+    expect(() => parseMix(text)).toThrow(message);
+  });
+});

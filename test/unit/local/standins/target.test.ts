@@ -1,0 +1,104 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { CaptchaStandin } from '../../../../local/standins/captchaai/standin.js';
+import { startTargetStandin, type TargetStandin } from '../../../../local/standins/target.js';
+import { startFastCaptchaStandin, testClient } from '../../../fixtures/solve.js';
+
+let captcha: CaptchaStandin;
+let target: TargetStandin;
+
+beforeAll(async () => {
+  captcha = await startFastCaptchaStandin();
+  target = await startTargetStandin({ captchaUrl: captcha.url });
+});
+afterAll(async () => {
+  await target?.close();
+  await captcha?.close();
+});
+beforeEach(() => target.resetStats());
+
+/** Loads a page like a browser and returns its session cookie. */
+async function loadPage(path: string): Promise<{ cookie: string; html: string; status: number }> {
+  const res = await fetch(`${target.url}${path}`);
+  const cookie = (res.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  return { cookie, html: await res.text(), status: res.status };
+}
+
+async function post(path: string, cookie: string, fields: Record<string, string>): Promise<number> {
+  const res = await fetch(`${target.url}${path}`, {
+    method: 'POST',
+    headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams(fields),
+  });
+  await res.text();
+  return res.status;
+}
+
+async function tokenFor(path: string): Promise<string> {
+  const solved = await testClient(captcha).solve({
+    type: 'recaptcha_v2',
+    sitekey: target.sitekey,
+    pageurl: `${target.url}${path}`,
+  });
+  return solved.token;
+}
+
+describe('target stand-in', () => {
+  it('serves any path as a page with a session cookie and a widget carrying the sitekey', async () => {
+    const page = await loadPage('/form/rec-1');
+    expect(page.status).toBe(200);
+    expect(page.cookie).toMatch(/^tg_session=[0-9a-f]{32}$/);
+    expect(page.html).toContain(`class="g-recaptcha" data-sitekey="${target.sitekey}"`);
+    const turnstile = await loadPage('/form/rec-2?widget=turnstile');
+    expect(turnstile.html).toContain('class="cf-turnstile"');
+  });
+
+  it('accepts a token solved for that page in the session that loaded it, once, counting it per record', async () => {
+    // Prepare
+    const page = await loadPage('/form/rec-3');
+    const token = await tokenFor('/form/rec-3');
+    // Act
+    const first = await post('/form/rec-3', page.cookie, { 'g-recaptcha-response': token, record: 'rec-3' });
+    const again = await post('/form/rec-3', page.cookie, { 'g-recaptcha-response': token, record: 'rec-3' });
+    // Assess
+    expect(first).toBe(200);
+    expect(again).toBe(403);
+    const stats = target.stats();
+    expect(stats.accepted).toEqual({ 'rec-3': 1 });
+    expect(stats.rejections).toEqual({ TOKEN_USED: 1 });
+  });
+
+  it('rejects a post without the session cookie, without a token, or with a token for another page', async () => {
+    const page = await loadPage('/form/rec-4');
+    const wrongPageToken = await tokenFor('/form/other');
+    expect(await post('/form/rec-4', '', { 'g-recaptcha-response': 'x' })).toBe(403);
+    expect(await post('/form/rec-4', page.cookie, { name: 'Ada' })).toBe(403);
+    expect(await post('/form/rec-4', page.cookie, { 'g-recaptcha-response': wrongPageToken })).toBe(403);
+    expect(await post('/form/rec-4', page.cookie, { 'cf-turnstile-response': 'never-issued' })).toBe(403);
+    expect(target.stats().rejections).toEqual({
+      NO_SESSION: 1,
+      MISSING_TOKEN: 1,
+      PAGEURL_MISMATCH: 1,
+      TOKEN_UNKNOWN: 1,
+    });
+    expect(target.stats().acceptedTotal).toBe(0);
+  });
+
+  it('counts accepted posts by path when there is no record field, and serves the stats over HTTP', async () => {
+    const page = await loadPage('/form/rec-5');
+    const token = await tokenFor('/form/rec-5');
+    expect(await post('/form/rec-5', page.cookie, { 'g-recaptcha-response': token })).toBe(200);
+    const stats = (await (await fetch(`${target.url}/stats`)).json()) as { accepted: Record<string, number> };
+    expect(stats.accepted).toEqual({ '/form/rec-5': 1 });
+  });
+
+  it('answers forced failures and redirects chosen by the path', async () => {
+    expect((await loadPage('/fail-page/503/form/x')).status).toBe(503);
+    const page = await loadPage('/fail-post/500/form/y');
+    expect(page.status).toBe(200);
+    expect(await post('/fail-post/500/form/y', page.cookie, { 'g-recaptcha-response': 't' })).toBe(500);
+    const hop = await fetch(`${target.url}/redirect/2/form/z`, { redirect: 'manual' });
+    expect(hop.status).toBe(302);
+    expect(hop.headers.get('location')).toBe('/redirect/1/form/z');
+    expect(target.stats().rejections).toEqual({ FORCED_500: 1 });
+  });
+});
