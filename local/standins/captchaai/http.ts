@@ -77,6 +77,15 @@ export function send(res: ServerResponse, status: number, body: string, contentT
   res.end(body);
 }
 
+/** Answers in CaptchaAI's two formats: JSON with json=1, plain text (`OK|…` / `ERROR_…`) without. */
+export function sendAnswer(res: ServerResponse, p: Params, ok: boolean, request: string | number): void {
+  if (p.get('json') === '1') {
+    send(res, 200, JSON.stringify({ status: ok ? 1 : 0, request }), 'application/json');
+  } else {
+    send(res, 200, ok ? `OK|${request}` : String(request), 'text/plain');
+  }
+}
+
 export function sendJson(res: ServerResponse, status: number, body: unknown): void {
   send(res, status, JSON.stringify(body), 'application/json');
 }

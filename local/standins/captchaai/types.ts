@@ -1,7 +1,7 @@
 import type { CaptchaType } from '../../../functions/captchaai/types.js';
 import type { HostileKind } from '../hostile-reply.js';
 
-/** The CaptchaAI stand-in's contract: its options, faults, control requests, stats and handle (local/standins/captchaai/standin.ts). */
+/** The CaptchaAI stand-in's contract: its options, faults, control requests, stats and handle (local/standins/captchaai/standin.ts and its parts). */
 
 /** Uniform solve latency between `minMs` and `maxMs` (before the time scale). */
 export interface LatencyDistribution {
