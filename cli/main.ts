@@ -1,4 +1,5 @@
 import { Command, CommanderError } from 'commander';
+import { VERSION } from '../infra/package-root.js';
 import { registerCommands } from './commands/index.js';
 import { CliError, EXIT } from './exit-codes.js';
 
@@ -28,7 +29,7 @@ export async function buildProgram(argv: readonly string[]): Promise<Command> {
     .description(
       'Solve CAPTCHAs for distributed jobs through CaptchaAI without exceeding the plan thread limit.',
     )
-    .version('0.1.0')
+    .version(VERSION)
     .option(
       '--profile <name>',
       'AWS profile for credentials, region and endpoint_url (default: $AWS_PROFILE)',

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { CliError, EXIT } from '../exit-codes.js';
 
 type Register = (program: Command) => void;
 
@@ -26,6 +27,39 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
 };
 
 /**
+ * Commands that need a checkout of the repository (the local stack, its stand-ins, the
+ * benchmark and the load run): the published package leaves them out.
+ */
+export const DEVELOPMENT_COMMANDS = ['standin', 'bench', 'load', 'local'] as const;
+
+/** A development command in the installed package: registered as a stub that says where it runs. */
+function checkoutOnly(name: string): Register {
+  return (program) => {
+    program
+      .command(name)
+      .description(`(development command: needs a checkout of the threadgate repository)`)
+      .allowUnknownOption()
+      .allowExcessArguments()
+      .action(() => {
+        throw new CliError(
+          `\`threadgate ${name}\` is a development command: it runs from a checkout of the threadgate repository (git clone, npm ci, then npx threadgate ${name}); the installed package does not include it`,
+          EXIT.usage,
+        );
+      });
+  };
+}
+
+async function load(name: string): Promise<Register> {
+  try {
+    return await (COMMANDS[name] as () => Promise<Register>)();
+  } catch (err) {
+    const missing = (err as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND';
+    if (missing && (DEVELOPMENT_COMMANDS as readonly string[]).includes(name)) return checkoutOnly(name);
+    throw err;
+  }
+}
+
+/**
  * Registers the command named in `args` (the user's arguments, without node and the script),
  * or every command when there is none, it is `help`, or it is unknown (the overall help and
  * commander's "did you mean" need them all).
@@ -33,7 +67,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
 export async function registerCommands(program: Command, args: readonly string[]): Promise<void> {
   const name = commandName(program, args);
   const wanted = name !== undefined && Object.hasOwn(COMMANDS, name) ? [name] : Object.keys(COMMANDS);
-  const registers = await Promise.all(wanted.map((n) => (COMMANDS[n] as () => Promise<Register>)()));
+  const registers = await Promise.all(wanted.map(load));
   for (const register of registers) register(program);
 }
 

@@ -1,4 +1,5 @@
-import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
+import { basename } from 'node:path';
 import { type Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -6,8 +7,34 @@ import * as nodejs from 'aws-cdk-lib/aws-lambda-nodejs';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import { Construct } from 'constructs';
 
-/** The repository root: entries, package-lock.json and tsconfig.json are resolved from here. */
-export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+import { PACKAGE_ROOT } from '../package-root.js';
+
+/** The repository (or installed package) root: entries, package-lock.json and tsconfig.json are resolved from here. */
+export const REPO_ROOT = PACKAGE_ROOT;
+
+/** The Lambda entries `npm pack` bundles ahead of time (infra/bundle-functions.ts), by bundle name. */
+export const FUNCTION_ENTRIES = {
+  worker: 'functions/worker.ts',
+  'cap-adjuster': 'functions/cap-adjuster.ts',
+  'outcome-publisher': 'functions/outcome-publisher.ts',
+} as const;
+
+/** Where the prebundled code of `entry` is in an installed package: dist/lambda/<name>/index.js. */
+export function prebundledDir(entry: string, root = REPO_ROOT): string {
+  return `${root}dist/lambda/${basename(entry, '.ts')}`;
+}
+
+/**
+ * esbuild's settings for every function, for both ways of building the code: NodejsFunction in a
+ * checkout and the prepack bundle of the published package.
+ */
+export const LAMBDA_BUNDLING = {
+  format: 'cjs',
+  target: 'node22',
+  minify: true,
+  sourceMap: true,
+  sourcesContent: false,
+} as const;
 
 export interface BundledFunctionProps {
   /** Explicit, stack-derived name (IAM policies build ARNs from it without a reference cycle). */
@@ -25,13 +52,15 @@ export interface BundledFunctionProps {
 }
 
 /**
- * A Lambda function as threadgate builds them: Node.js 22 on arm64, bundled locally by esbuild
- * with every dependency inside (`externalModules: []`, so the asset runs from any folder,
- * including the local runtime), source maps on, its own role (no managed policies) and its
- * own log group with a retention.
+ * A Lambda function as threadgate builds them: Node.js 22 on arm64, bundled by esbuild with
+ * every dependency inside (`externalModules: []`, so the asset runs from any folder, including
+ * the local runtime), source maps on, its own role (no managed policies) and its own log group
+ * with a retention. In a checkout (the TypeScript entry exists) NodejsFunction bundles it at
+ * synth; in the installed package the entry is absent and the bundle `npm pack` made is used
+ * as it is, so a consumer needs neither the sources nor esbuild.
  */
 export class BundledFunction extends Construct {
-  readonly fn: nodejs.NodejsFunction;
+  readonly fn: lambda.Function;
   readonly role: iam.Role;
   readonly logGroup: logs.LogGroup;
 
@@ -49,13 +78,9 @@ export class BundledFunction extends Construct {
     // Only its own log group: CreateLogStream/PutLogEvents on log-group:NAME:*.
     this.logGroup.grantWrite(this.role);
 
-    this.fn = new nodejs.NodejsFunction(this, 'Function', {
+    const common = {
       functionName: props.functionName,
       description: props.description,
-      entry: `${REPO_ROOT}${props.entry}`,
-      handler: 'handler',
-      projectRoot: REPO_ROOT,
-      depsLockFilePath: `${REPO_ROOT}package-lock.json`,
       runtime: lambda.Runtime.NODEJS_22_X,
       architecture: lambda.Architecture.ARM_64,
       memorySize: props.memorySize ?? 256,
@@ -65,15 +90,34 @@ export class BundledFunction extends Construct {
       reservedConcurrentExecutions: props.reservedConcurrentExecutions,
       // Stack traces point into the TypeScript sources through the bundled source maps.
       environment: { ...props.environment, NODE_OPTIONS: '--enable-source-maps' },
-      bundling: {
-        externalModules: [],
-        format: nodejs.OutputFormat.CJS,
-        target: 'node22',
-        minify: true,
-        sourceMap: true,
-        sourcesContent: false,
-        forceDockerBundling: false,
-      },
+    };
+    const source = `${REPO_ROOT}${props.entry}`;
+    if (existsSync(source)) {
+      this.fn = new nodejs.NodejsFunction(this, 'Function', {
+        ...common,
+        entry: source,
+        handler: 'handler',
+        projectRoot: REPO_ROOT,
+        depsLockFilePath: `${REPO_ROOT}package-lock.json`,
+        bundling: {
+          ...LAMBDA_BUNDLING,
+          format: nodejs.OutputFormat.CJS,
+          externalModules: [],
+          forceDockerBundling: false,
+        },
+      });
+      return;
+    }
+    const bundle = prebundledDir(props.entry);
+    if (!existsSync(`${bundle}/index.js`)) {
+      throw new Error(
+        `threadgate: neither ${props.entry} nor its prebundled code (${bundle}/index.js) exists; reinstall the package`,
+      );
+    }
+    this.fn = new lambda.Function(this, 'Function', {
+      ...common,
+      code: lambda.Code.fromAsset(bundle),
+      handler: 'index.handler',
     });
   }
 }

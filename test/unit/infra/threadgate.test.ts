@@ -1,0 +1,156 @@
+import { App, Stack, Validations } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import { describe, expect, it } from 'vitest';
+import { ConfigError } from '../../../functions/common/errors.js';
+import { resolveConfig } from '../../../infra/config.js';
+import { STACK_OUTPUT_KEYS } from '../../../infra/outputs.js';
+import { VERSION } from '../../../infra/package-root.js';
+import { Threadgate } from '../../../infra/threadgate.js';
+import { ThreadgateStack } from '../../../infra/threadgate-stack.js';
+import { deliveryInvariants, type TemplateJson } from '../../fixtures/template-invariants.js';
+
+type Statement = { Action: string | string[]; Resource: unknown };
+
+const HOSTS = ['forms.example.com'];
+
+/** A consumer's stack: a Threadgate beside the consumer's own role (bundling skipped: fast). */
+function consumer(props: ConstructorParameters<typeof Threadgate>[2] = { allowedHosts: HOSTS }) {
+  const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
+  const stack = new Stack(app, 'Consumer');
+  const gate = new Threadgate(stack, 'Gate', props);
+  const role = new iam.Role(stack, 'JobRole', {
+    assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+  });
+  return { app, stack, gate, role };
+}
+
+/** Every action the role's policies allow, with the resources as JSON. */
+function grantsOf(stack: Stack, roleId = 'JobRole'): Map<string, string> {
+  const template = Template.fromStack(stack).toJSON() as TemplateJson;
+  const logicalId = stack.getLogicalId(stack.node.findChild(roleId).node.defaultChild as never);
+  const out = new Map<string, string>();
+  for (const r of Object.values(template.Resources)) {
+    if (r.Type !== 'AWS::IAM::Policy') continue;
+    if (JSON.stringify(r.Properties.Roles) !== JSON.stringify([{ Ref: logicalId }])) continue;
+    for (const s of (r.Properties.PolicyDocument as { Statement: Statement[] }).Statement) {
+      for (const a of Array.isArray(s.Action) ? s.Action : [s.Action]) {
+        out.set(a, `${out.get(a) ?? ''}${JSON.stringify(s.Resource)}`);
+      }
+    }
+  }
+  return out;
+}
+
+describe('Threadgate construct in a consumer stack', () => {
+  it('builds what ThreadgateStack builds: the same cap, DLQ and delivery invariants and outputs', () => {
+    const { stack } = consumer();
+    const repo = new ThreadgateStack(new App({ context: { 'aws:cdk:bundling-stacks': [] } }), 'Threadgate', {
+      settings: { allowedHosts: HOSTS },
+    });
+    const mine = deliveryInvariants(Template.fromStack(stack).toJSON() as TemplateJson);
+    expect(mine).toEqual(deliveryInvariants(Template.fromStack(repo).toJSON() as TemplateJson));
+    expect(mine.outputKeys).toEqual(expect.arrayContaining([...STACK_OUTPUT_KEYS]));
+    // Names come from the enclosing stack.
+    Template.fromStack(stack).hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Consumer-worker',
+    });
+  });
+
+  it('exposes the queue, DLQ, table, outcomes queue and worker, and the validated settings', () => {
+    const { gate } = consumer({ allowedHosts: HOSTS, reserve: 2, pollIntervalMs: { turnstile: 1500 } });
+    expect(gate.jobsQueue.node.path).toBe('Consumer/Gate/Jobs/Queue');
+    expect(gate.deadLetterQueue.node.path).toBe('Consumer/Gate/Jobs/Dlq');
+    expect(gate.outcomesTable.node.path).toBe('Consumer/Gate/Outcomes/Table');
+    expect(gate.outcomesQueue?.node.path).toBe('Consumer/Gate/OutcomeStream/Queue');
+    expect(gate.worker.node.path).toBe('Consumer/Gate/Worker/Worker/Function');
+    expect(gate.config.reserve).toBe(2);
+    expect(gate.config.pollIntervalMs).toEqual({ ...resolveConfig().pollIntervalMs, turnstile: 1500 });
+  });
+
+  it('refuses a bad prop at synth with the error that names the setting', () => {
+    expect(() => consumer({ reserve: -1 })).toThrow(ConfigError);
+    expect(() => consumer({ reserve: -1 })).toThrow(/^reserve: must be >= 0/);
+    expect(() => consumer({ allowedHosts: ['*.com'] })).toThrow(/^allowedHosts/);
+  });
+
+  it('has no outcomes queue with outcomeStream: false, and then refuses grantConsumeOutcomeStream', () => {
+    const { gate, role } = consumer({ allowedHosts: HOSTS, outcomeStream: false });
+    expect(gate.outcomesQueue).toBeUndefined();
+    expect(() => gate.grantConsumeOutcomeStream(role)).toThrow(/outcomeStream: false/);
+  });
+
+  it('grants a job role sending to the jobs queue only', () => {
+    const { stack, gate, role } = consumer();
+    gate.grantSendJobs(role);
+    const grants = grantsOf(stack);
+    expect([...grants.keys()].sort()).toEqual([
+      'sqs:GetQueueAttributes',
+      'sqs:GetQueueUrl',
+      'sqs:SendMessage',
+    ]);
+    expect(grants.get('sqs:SendMessage')).toContain(
+      stack.getLogicalId(gate.jobsQueue.node.defaultChild as never),
+    );
+  });
+
+  it('grants reading outcomes (the table and its batch index) and consuming the outcomes queue', () => {
+    const { stack, gate, role } = consumer();
+    gate.grantReadOutcomes(role);
+    gate.grantConsumeOutcomeStream(role);
+    const grants = grantsOf(stack);
+    for (const a of ['dynamodb:Query', 'dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Scan']) {
+      expect(grants.get(a)).toContain('/index/batch_id-updated_at');
+    }
+    expect(grants.get('sqs:ReceiveMessage')).toContain(
+      stack.getLogicalId(gate.outcomesQueue!.node.defaultChild as never),
+    );
+    expect(grants.has('dynamodb:PutItem')).toBe(false);
+  });
+
+  it('grants an operator what status, pause, resume and redrive call, and no wildcard resource', () => {
+    const { stack, gate, role } = consumer();
+    gate.grantOperate(role);
+    const grants = grantsOf(stack);
+    for (const a of [
+      'cloudformation:DescribeStacks',
+      'lambda:GetFunctionConfiguration',
+      'lambda:GetEventSourceMapping',
+      'lambda:UpdateEventSourceMapping',
+      'ssm:GetParameter',
+      'ssm:PutParameter',
+      'sqs:GetQueueAttributes',
+      'sqs:ReceiveMessage',
+      'sqs:DeleteMessage',
+      'sqs:ChangeMessageVisibility',
+      'sqs:StartMessageMoveTask',
+      'sqs:ListMessageMoveTasks',
+      'sqs:SendMessage',
+      'dynamodb:Scan',
+      'dynamodb:Query',
+      'secretsmanager:GetSecretValue',
+    ]) {
+      expect(grants.has(a), a).toBe(true);
+    }
+    expect([...grants.values()].some((r) => r === '"*"')).toBe(false);
+    expect(grants.has('lambda:PutFunctionConcurrency')).toBe(false);
+  });
+
+  it('leaves cdk-nag nothing to report in a consumer stack with default props and a granted role', () => {
+    const { app, gate, role } = consumer();
+    gate.grantSendJobs(role);
+    gate.grantReadOutcomes(role);
+    Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+    expect(() => app.synth()).not.toThrow();
+  });
+
+  it('names the package version in the stack description', () => {
+    const stack = new ThreadgateStack(new App({ context: { 'aws:cdk:bundling-stacks': [] } }), 'Threadgate', {
+      settings: { allowedHosts: HOSTS },
+    });
+    expect(Template.fromStack(stack).toJSON().Description).toMatch(
+      new RegExp(`^threadgate ${VERSION.replace(/\./g, '\\.')}: `),
+    );
+  });
+});
