@@ -4,6 +4,7 @@ import {
   PollTimeoutError,
   RateLimitError,
   StopClassError,
+  TaskMayExistError,
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
@@ -17,6 +18,7 @@ import {
   NOT_READY_CODES,
   parseAnswer,
   RATE_LIMIT_BACKOFF_MAX_FACTOR,
+  RequestNotSentError,
   rejectServerFailure,
   taskParams,
 } from './answers.js';
@@ -98,7 +100,10 @@ export interface SolveOptions {
 /**
  * Client for CaptchaAI's 2captcha-compatible API. It sorts every failure into the error
  * hierarchy of `errors.ts` and applies the retry budget of one record:
- * - transient errors at submit: `submitRetries` more tries with doubling back-off;
+ * - a submit refused before it reached CaptchaAI, or a well-formed transient answer:
+ *   `submitRetries` more tries with doubling back-off;
+ * - a submit whose answer was lost (timeout, 5xx/HTML, reset, unreadable): no second task; the
+ *   slot waits out the deadline and the solve ends TaskMayExistError;
  * - ERROR_CAPTCHA_UNSOLVABLE: exactly one fresh resubmission;
  * - transient errors while polling: ask about the same id again after `serverErrorWaitMs`;
  * - rate limits (HTTP 429, ERROR_TOO_MUCH_REQUESTS) at submit or poll: back off and ask again (the
@@ -284,8 +289,13 @@ export class CaptchaAiClient {
           failure = classify(answer.code, undefined);
         }
       } catch (err) {
-        if (err instanceof AnswerUnreadableError) throw await this.#unknownTask(err, state);
         if (!(err instanceof TransientError)) throw err;
+        // Only a refusal proves that no task exists: nothing sent (refused, DNS, TLS) or HTTP 429
+        // (the gateway turned the call away). A timeout, a 5xx or HTML page, a reset or an
+        // unreadable body may hide a task that holds a thread, so none is submitted in its place.
+        if (!(err instanceof RequestNotSentError || err instanceof RateLimitError)) {
+          throw await this.#unknownTask(err, state);
+        }
         failure = err;
       }
       if (!(failure instanceof TransientError) || state.retriesUsed >= this.#timings.submitRetries) {
@@ -308,15 +318,19 @@ export class CaptchaAiClient {
   }
 
   /**
-   * in.php answered but its body could not be read (too large, stalled, cut off): a task may
-   * exist that we cannot poll, holding a plan thread. Submitting another would put two tasks
-   * on one slot, so the slot waits out the deadline such a task would have, and the solve
-   * ends like a poll timeout (the worker then adds the cool-down).
+   * in.php's answer was lost (timeout after sending, 5xx or HTML page, reset, a body too large,
+   * stalled or cut off): a task may exist that we cannot poll, holding a plan thread. Submitting
+   * another would put two tasks on one slot, so the slot waits out the deadline such a task would
+   * have, and the solve ends with TaskMayExistError (the worker adds the cool-down, and only then
+   * may the record be tried again).
    */
-  async #unknownTask(err: AnswerUnreadableError, state: SolveState): Promise<PollTimeoutError> {
-    await this.#sleep(this.#scaled(this.#timings.deadlineMs), state.signal);
-    return new PollTimeoutError(
-      'SUBMIT_ANSWER_UNREADABLE',
+  async #unknownTask(err: TransientError, state: SolveState): Promise<TaskMayExistError> {
+    const waitMs = this.#scaled(this.#timings.deadlineMs);
+    const code = err instanceof AnswerUnreadableError ? 'SUBMIT_ANSWER_UNREADABLE' : 'SUBMIT_ANSWER_LOST';
+    this.#emit({ kind: 'answer_lost', captchaType: state.captchaType, code, cause: err.code, waitMs });
+    await this.#sleep(waitMs, state.signal);
+    return new TaskMayExistError(
+      code,
       `${err.message}; a task may exist and hold a CaptchaAI thread, so none is submitted in its place`,
       { cause: err },
     );

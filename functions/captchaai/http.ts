@@ -1,6 +1,12 @@
 import { readAtMost } from '../common/bounded-read.js';
 import { TransientError } from '../common/errors.js';
-import { AnswerUnreadableError, type HttpReply, networkReason } from './answers.js';
+import {
+  AnswerUnreadableError,
+  failedBeforeSending,
+  type HttpReply,
+  networkReason,
+  RequestNotSentError,
+} from './answers.js';
 
 /**
  * CaptchaAI's answers are a status and a task id or a token (a few KiB at most); a longer body
@@ -20,8 +26,9 @@ export interface PostFormOptions {
 }
 
 /**
- * One form POST with its own timeout and a bounded body. Network failures and timeouts before the
- * headers become TransientError; a body that is too large, stalls or is cut off after the headers
+ * One form POST with its own timeout and a bounded body. A network failure that proves nothing
+ * was sent (refused, DNS, TLS) becomes RequestNotSentError; other network failures and timeouts
+ * before the headers become TransientError; a body that is too large, stalls or is cut off after the headers
  * becomes AnswerUnreadableError; an abort by the caller's signal rejects with the signal's reason.
  * The key is never in the URL, so it cannot leak into error messages or proxy logs.
  */
@@ -68,13 +75,10 @@ export async function postForm(o: PostFormOptions): Promise<HttpReply> {
         cause: err,
       });
     }
-    throw new TransientError(
-      'NETWORK_ERROR',
-      `network error calling CaptchaAI ${path}: ${networkReason(err)}`,
-      {
-        cause: err,
-      },
-    );
+    const reason = networkReason(err);
+    // A refused connection, a DNS or TLS failure: nothing was sent, so no task can exist.
+    const NotSent = failedBeforeSending(reason) ? RequestNotSentError : TransientError;
+    throw new NotSent('NETWORK_ERROR', `network error calling CaptchaAI ${path}: ${reason}`, { cause: err });
   } finally {
     clearTimeout(timer);
     signal?.removeEventListener('abort', onAbort);

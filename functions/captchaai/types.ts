@@ -58,6 +58,11 @@ export type ClientEvent =
   | { kind: 'submitted'; captchaType: CaptchaType; taskId: string; submit: number }
   /** in.php failed with a transient error; the client waits `delayMs`, then submits again. */
   | { kind: 'retry'; captchaType: CaptchaType; code: string; retry: number; delayMs: number }
+  /**
+   * in.php's answer was lost (`cause`: HTTP_502, HTTP_TIMEOUT, NETWORK_ERROR, ANSWER_CUT, …): a task
+   * may exist, so the client waits `waitMs` (its deadline) and ends the solve `code`.
+   */
+  | { kind: 'answer_lost'; captchaType: CaptchaType; code: string; cause: string; waitMs: number }
   /** The task was UNSOLVABLE; the client submits it once more as a fresh task. */
   | { kind: 'resubmit'; captchaType: CaptchaType; previousTaskId: string; code: string }
   /** About to call res.php for the task. */

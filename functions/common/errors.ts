@@ -14,6 +14,7 @@
  *       └── TransientError          server errors, network errors, all threads busy
  *           ├── RateLimitError      HTTP 429, ERROR_TOO_MUCH_REQUESTS: back off, ask the same id again
  *           └── PollTimeoutError    no answer by the client deadline: never resubmit at once
+ *               └── TaskMayExistError  in.php's answer was lost: a task may exist, the slot waited out its deadline
  */
 export class ThreadgateError extends Error {
   override name = 'ThreadgateError';
@@ -104,4 +105,14 @@ export class RateLimitError extends TransientError {
 
 export class PollTimeoutError extends TransientError {
   override name = 'PollTimeoutError';
+}
+
+/**
+ * in.php may have created a task, but its answer was lost (timeout after sending, 5xx or HTML
+ * page, reset, unreadable body). The client has already held the slot for the task's deadline
+ * and submitted nothing in its place; after the cool-down such a task must be finished, and
+ * only then may the record be tried again.
+ */
+export class TaskMayExistError extends PollTimeoutError {
+  override name = 'TaskMayExistError';
 }

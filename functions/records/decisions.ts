@@ -5,6 +5,7 @@ import {
   PollTimeoutError,
   StopClassError,
   TargetError,
+  TaskMayExistError,
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
@@ -25,7 +26,9 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field                      |
  * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
  * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
- * | PollTimeoutError                        | `failed` with its code (POLL_TIMEOUT, SUBMIT_ANSWER_UNREADABLE), then hold the slot for the cool-down |
+ * | TaskMayExistError, receives < limit     | hold the slot for the cool-down, then retry, claim released  |
+ * | TaskMayExistError, receives >= limit    | `failed` with its code (SUBMIT_ANSWER_LOST, SUBMIT_ANSWER_UNREADABLE), then the cool-down |
+ * | PollTimeoutError                        | `failed` POLL_TIMEOUT, then hold the slot for the cool-down  |
  * | TransientError, receives < limit        | retry: batch item failure, claim released                    |
  * | TransientError, receives >= limit       | `failed` TRANSIENT_EXHAUSTED                                 |
  * | UnsolvableError (after its resubmission)| `failed` ERROR_CAPTCHA_UNSOLVABLE                            |
@@ -50,8 +53,9 @@ export type RecordDecision =
    * the lease so that redelivery can claim at once; without it the lease must expire first.
    * `notBefore` (epoch ms): no retry can succeed earlier (another owner's lease), so the
    * message stays invisible until then instead of spending its receive count on refusals.
+   * `cooldownMs`: the slot is held that long first (a CaptchaAI task may still hold a thread).
    */
-  | { action: 'retry'; release: boolean; reason: string; notBefore?: number }
+  | { action: 'retry'; release: boolean; reason: string; notBefore?: number; cooldownMs?: number }
   /** Nothing to write: the message is a duplicate of a finished record; delete it. */
   | { action: 'drop'; reason: string };
 
@@ -91,9 +95,14 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   if (err instanceof StopClassError) {
     return { action: 'stop', code: err.code, reason: err.message };
   }
+  if (err instanceof TaskMayExistError && ctx.receiveCount < ctx.transientReceiveLimit) {
+    // in.php's answer was lost and the client waited out the deadline such a task would have:
+    // after the cool-down it must be finished, so only then is the record free to be tried again.
+    return { action: 'retry', release: true, reason: err.code, cooldownMs: ctx.cooldownMs };
+  }
   if (err instanceof PollTimeoutError) {
     // The abandoned task may still hold a CaptchaAI thread: never resubmit, keep the slot a while.
-    // The code says which: POLL_TIMEOUT, or SUBMIT_ANSWER_UNREADABLE (in.php's answer was lost).
+    // The code says which: POLL_TIMEOUT, or SUBMIT_ANSWER_LOST / _UNREADABLE (in.php's answer was lost).
     return { action: 'fail', reason: err.code || REASON.POLL_TIMEOUT, cooldownMs: ctx.cooldownMs };
   }
   if (err instanceof TransientError) {

@@ -86,6 +86,11 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
       return result;
     }
     case 'retry': {
+      if (decision.cooldownMs) {
+        // A CaptchaAI task may still hold a thread: keep the slot, and the claim, until it must be done.
+        log.info('holding the slot for the cool-down before the retry', { cooldownMs: decision.cooldownMs });
+        await deps.sleep(decision.cooldownMs, c.signal);
+      }
       if (decision.release && c.owner && c.recordKey) {
         await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0);
       }

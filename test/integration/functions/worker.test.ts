@@ -25,6 +25,7 @@ import {
 } from '../../fixtures/aws.js';
 import { catalogResolver, malformedJobs } from '../../fixtures/job-catalog.js';
 import { captureOutput, type LogCapture } from '../../fixtures/log-capture.js';
+import { startLossyGateway } from '../../fixtures/lossy-gateway.js';
 import { startFastCaptchaStandin, TEST_API_KEY, TEST_TIME_SCALE } from '../../fixtures/solve.js';
 
 let moto: MotoServer;
@@ -644,6 +645,60 @@ describe('worker against moto and the stand-ins', () => {
       attempts: 6,
     });
   });
+
+  it.each(['html502', 'reset'] as const)(
+    'an in.php answer lost after the task was created (%s) is never submitted again within the invocation: the slot waits out the deadline and the cool-down, then the record is retried and ends submitted',
+    async (how) => {
+      // Prepare: a gateway in front of the stand-in loses in.php's answer once the task exists.
+      const gateway = await startLossyGateway(captcha.url);
+      try {
+        const s = await setup({
+          CAPTCHAAI_URL: gateway.url,
+          CAPTCHAAI_DEADLINE_MS: '40000',
+          COOLDOWN_MS: '300',
+          RETRY_DELAY_SECONDS: '1',
+        });
+        const key = newKey(`lost-${how}`);
+        const slept: number[] = [];
+        const sleepy = s.instance({
+          sleep: async (ms) => {
+            slept.push(ms);
+            await new Promise((resolve) => setTimeout(resolve, ms));
+          },
+        });
+        await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+        gateway.loseNextSubmits(1, how);
+        const [first] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+
+        // Act 1
+        const out1 = await deliver(s, sleepy, [first!]);
+
+        // Assess 1: one task at the stand-in, none in flight when the claim was given up.
+        expect(gateway.lost()).toBe(1);
+        expect(out1.batchItemFailures).toEqual([{ itemIdentifier: first!.MessageId }]);
+        expect(submitsFor(key)).toBe(1);
+        expect(slept).toEqual([300]);
+        expect(await s.store.get(key)).toMatchObject({
+          status: 'in_progress',
+          lease_expires_at: 0,
+          attempts: 1,
+        });
+
+        // Act 2: the retry after the 1 s retry delay.
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+        const [second] = await receiveAll(clients.sqs, s.res.queueUrl, 1, 30);
+        const out2 = await deliver(s, s.instance(), [second!]);
+
+        // Assess 2
+        expect(out2.batchItemFailures).toEqual([]);
+        expect(submitsFor(key)).toBe(2);
+        expect(target.stats().accepted[key]).toBe(1);
+        expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 2 });
+      } finally {
+        await gateway.close();
+      }
+    },
+  );
 
   it('fails a poll timeout with POLL_TIMEOUT and holds the slot for the cool-down', async () => {
     // Prepare: the task never finishes; the client deadline is 120 s × 0.05 = 6 s.

@@ -1,3 +1,5 @@
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   CaptchaAiClient,
@@ -9,6 +11,7 @@ import {
   BadTaskError,
   PollTimeoutError,
   StopClassError,
+  TaskMayExistError,
   TransientError,
   UnsolvableError,
 } from '../../../../functions/common/errors.js';
@@ -325,17 +328,9 @@ describe('CaptchaAiClient: no free thread (decided by threadsinfo)', () => {
 });
 
 describe('CaptchaAiClient: transient errors at submit', () => {
-  it.each([
-    {
-      what: 'a plain-text ERROR_SERVER_ERROR despite json=1',
-      code: 'ERROR_SERVER_ERROR',
-      faults: { plainTextError: 1 },
-    },
-    { what: 'an HTML 502 page', code: 'HTTP_502', faults: { html502: 1 } },
-    { what: 'a dropped connection', code: 'NETWORK_ERROR', faults: { drop: 1 } },
-  ])('$what is retried twice with doubling back-off, then ends transient', async ({ code, faults }) => {
+  it('a plain-text ERROR_SERVER_ERROR despite json=1 (a well-formed answer: no task) is retried twice with doubling back-off, then ends transient', async () => {
     // Prepare
-    const s = await standin({ faults });
+    const s = await standin({ faults: { plainTextError: 1 } });
     const { c, events } = client(s);
 
     // Act
@@ -343,7 +338,8 @@ describe('CaptchaAiClient: transient errors at submit', () => {
 
     // Assess
     expect(err).toBeInstanceOf(TransientError);
-    expect(err).toMatchObject({ code, submits: 3 });
+    expect(err).not.toBeInstanceOf(PollTimeoutError);
+    expect(err).toMatchObject({ code: 'ERROR_SERVER_ERROR', submits: 3 });
     expect(kinds(events, 'retry').map((e) => (e as { delayMs: number }).delayMs)).toEqual([50, 100]);
     expect(s.stats().submits).toBe(3);
   });
@@ -362,20 +358,124 @@ describe('CaptchaAiClient: transient errors at submit', () => {
     expect(kinds(events, 'retry')).toMatchObject([{ code: 'ERROR_INTERNAL_SERVER_ERROR', retry: 1 }]);
   });
 
-  it('an in.php call that outlasts the HTTP timeout is transient and retried', async () => {
+  it('a refused connection (nothing sent, so no task) is retried at once, twice, then ends transient', async () => {
+    // Prepare: a port that was just free, so the connection is refused.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const events: ClientEvent[] = [];
+    const observed = new CaptchaAiClient({
+      apiKey: KEY,
+      baseUrl: `http://127.0.0.1:${port}`,
+      timeScale: SCALE,
+      timings: TIMINGS,
+      onEvent: (e) => events.push(e),
+    });
+
+    // Act
+    const err = await failure(observed.solve(V2));
+
+    // Assess
+    expect(err).toBeInstanceOf(TransientError);
+    expect(err).not.toBeInstanceOf(PollTimeoutError);
+    expect(err).toMatchObject({ code: 'NETWORK_ERROR', submits: 3 });
+    expect(kinds(events, 'answer_lost')).toHaveLength(0);
+    expect(kinds(events, 'retry')).toHaveLength(2);
+  });
+});
+
+describe('CaptchaAiClient: in.php answers that are lost (a task may exist)', () => {
+  // A short deadline: the slot waits it out (3 s at scale 0.01 would slow the suite).
+  const LOST: CaptchaAiClientOptions['timings'] = { ...TIMINGS, deadlineMs: 20_000 };
+
+  it.each([
+    { what: 'an HTML 502 page', cause: 'HTTP_502', faults: { html502: 1 } },
+    { what: 'a dropped connection', cause: 'NETWORK_ERROR', faults: { drop: 1 } },
+  ])(
+    '$what ends the solve TaskMayExistError after one submit and a wait of the deadline, never a second task (it was 3 submits)',
+    async ({ cause, faults }) => {
+      // Prepare
+      const s = await standin({ faults });
+      const { c, events } = client(s, { timings: LOST });
+
+      // Act
+      const err = await failure(c.solve(V2));
+
+      // Assess
+      expect(err).toBeInstanceOf(TaskMayExistError);
+      expect(err).toMatchObject({ code: 'SUBMIT_ANSWER_LOST', submits: 1 });
+      expect(kinds(events, 'answer_lost')).toEqual([
+        { kind: 'answer_lost', captchaType: 'recaptcha_v2', code: 'SUBMIT_ANSWER_LOST', cause, waitMs: 200 },
+      ]);
+      expect(kinds(events, 'retry')).toHaveLength(0);
+      expect(s.stats().submits).toBe(1);
+    },
+  );
+
+  it('an in.php call that outlasts the HTTP timeout is not submitted again (it was 3 submits)', async () => {
     // Prepare
     const s = await standin();
     const slow = { delayMs: 100_000, body: '{"status":1,"request":"1"}' };
     s.inject('in.php', [slow, slow, slow]);
-    const { c } = client(s, { timings: { ...TIMINGS, httpTimeoutMs: 20_000 } });
+    const { c, events } = client(s, { timings: { ...LOST, httpTimeoutMs: 20_000 } });
 
     // Act
     const err = await failure(c.solve(V2));
 
     // Assess
-    expect(err).toBeInstanceOf(TransientError);
-    expect(err).toMatchObject({ code: 'HTTP_TIMEOUT', submits: 3 });
+    expect(err).toBeInstanceOf(TaskMayExistError);
+    expect(err).toMatchObject({ code: 'SUBMIT_ANSWER_LOST', submits: 1 });
+    expect(kinds(events, 'answer_lost')).toMatchObject([{ cause: 'HTTP_TIMEOUT' }]);
+    expect(s.stats().submits).toBe(1);
   });
+
+  it.each([
+    {
+      what: 'a 502 page',
+      reply: (res: ServerResponse) =>
+        res
+          .writeHead(502, { 'content-type': 'text/html' })
+          .end('<html><title>502 Bad Gateway</title></html>'),
+    },
+    { what: 'a reset connection', reply: (res: ServerResponse) => res.socket?.destroy() },
+  ])(
+    'a gateway that creates the task and then answers with $what holds one task at the server, not three',
+    async ({ reply }) => {
+      // Prepare: a loopback CaptchaAI gateway that counts every task it creates before failing the answer.
+      let tasks = 0;
+      const gateway = createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          if (req.url?.startsWith('/in.php')) {
+            tasks += 1;
+            reply(res);
+          } else res.end('{"status":0,"request":"CAPCHA_NOT_READY"}');
+        });
+      });
+      await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
+      const { port } = gateway.address() as AddressInfo;
+      try {
+        const c = new CaptchaAiClient({
+          apiKey: KEY,
+          baseUrl: `http://127.0.0.1:${port}`,
+          timeScale: SCALE,
+          timings: LOST,
+        });
+
+        // Act
+        const err = await failure(c.solve(V2));
+
+        // Assess
+        expect(err).toBeInstanceOf(TaskMayExistError);
+        expect(err).toMatchObject({ submits: 1 });
+        expect(tasks).toBe(1);
+      } finally {
+        gateway.closeAllConnections();
+        await new Promise<void>((resolve) => gateway.close(() => resolve()));
+      }
+    },
+  );
 });
 
 describe('CaptchaAiClient: bad tasks', () => {

@@ -6,6 +6,7 @@ import {
   PollTimeoutError,
   StopClassError,
   TargetError,
+  TaskMayExistError,
   TransientError,
   UnsolvableError,
 } from '../../../../functions/common/errors.js';
@@ -50,6 +51,18 @@ describe('decideOutcome: an error met while working a record', () => {
       new PollTimeoutError('POLL_TIMEOUT'),
       ctx,
       { action: 'fail', reason: 'POLL_TIMEOUT', cooldownMs: 5_000 },
+    ],
+    [
+      'a lost in.php answer below the receive limit holds the slot for the cool-down, then is retried, releasing the claim',
+      new TaskMayExistError('SUBMIT_ANSWER_LOST'),
+      ctx,
+      { action: 'retry', release: true, reason: 'SUBMIT_ANSWER_LOST', cooldownMs: 5_000 },
+    ],
+    [
+      'a lost in.php answer at the receive limit fails the record with its code and the cool-down',
+      new TaskMayExistError('SUBMIT_ANSWER_LOST'),
+      lastReceive,
+      { action: 'fail', reason: 'SUBMIT_ANSWER_LOST', cooldownMs: 5_000 },
     ],
     [
       'a transient error below the receive limit is retried, releasing the claim',

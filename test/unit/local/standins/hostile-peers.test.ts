@@ -83,7 +83,7 @@ describe('CaptchaAI answers from a hostile peer', () => {
   );
 
   it.each(HOSTILE_KINDS)(
-    'in.php answering %s: no second task, the slot waits out the deadline, the record fails SUBMIT_ANSWER_UNREADABLE with the cool-down',
+    'in.php answering %s: no second task, the slot waits out the deadline and the cool-down, then the record is retried (failed SUBMIT_ANSWER_UNREADABLE at the receive limit)',
     async (kind) => {
       // Prepare
       const { client, waits } = recordingClient();
@@ -97,6 +97,12 @@ describe('CaptchaAI answers from a hostile peer', () => {
       expect(captcha.stats().submits - before).toBe(1);
       expect(waits).toContain(client.timings.deadlineMs * TEST_TIME_SCALE);
       expect(decideOutcome(failure, CTX)).toEqual({
+        action: 'retry',
+        release: true,
+        reason: 'SUBMIT_ANSWER_UNREADABLE',
+        cooldownMs: CTX.cooldownMs,
+      });
+      expect(decideOutcome(failure, { ...CTX, receiveCount: CTX.transientReceiveLimit })).toEqual({
         action: 'fail',
         reason: 'SUBMIT_ANSWER_UNREADABLE',
         cooldownMs: CTX.cooldownMs,
