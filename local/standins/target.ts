@@ -3,6 +3,8 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { eventLog, type Logged } from './event-log.js';
+import { checkSchedule, type FaultDraw, type FaultSchedule, faultDraw } from './fault-draw.js';
 import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js';
 
 /**
@@ -23,7 +25,13 @@ import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js
  *                           hang-after-headers), with the session cookie
  *   /hostile-post/<kind>/…  the page loads; the POST is verified as usual, then answered that way
  *
- * HTTP: GET /stats → TargetStandinStats; POST /stats/reset.
+ * A lost answer, drawn at run time (`faults.dropAfterPost`, a FaultSchedule: every Nth POST or
+ * a seeded rate, optionally for some record keys): the POST is verified and counted as usual
+ * (the form took it) and then the connection is closed without an answer.
+ *
+ * HTTP: GET /stats → TargetStandinStats; POST /stats/reset; GET /events?since=SEQ → the event
+ * log (TargetEvent: every page load and POST with its record and what it was answered);
+ * POST /faults {"dropAfterPost": FaultSchedule | null}.
  */
 export interface TargetStandinOptions {
   /** 0 (default) picks a free port. */
@@ -44,6 +52,26 @@ export interface TargetStandinOptions {
   pageDelayMs?: number;
   /** Every form POST answers after this long (real ms). @default 0 */
   postDelayMs?: number;
+  /** Faults from the start (also settable while running: `setFaults`, `POST /faults`). */
+  faults?: TargetFaults;
+}
+
+export interface TargetFaults {
+  /** The POST is taken (verified, counted) and the connection closed before any answer. */
+  dropAfterPost?: FaultSchedule | null;
+}
+
+/** One entry of the target's event log: a page load or a POST, for one record. */
+export interface TargetEvent {
+  kind: 'page' | 'post';
+  /** The `record` form field, or the path's last segment (forms live at /form/<record key>). */
+  record: string;
+  /** HTTP status answered; 0 when the connection was dropped instead. */
+  status: number;
+  /** Why a POST was refused, or `DROPPED_AFTER_POST`. */
+  reason?: string;
+  /** The POST's Idempotency-Key header, when it had one. */
+  idempotencyKey?: string;
 }
 
 export interface TargetStandinStats {
@@ -54,6 +82,8 @@ export interface TargetStandinStats {
   acceptedTotal: number;
   /** Rejected posts by reason: NO_SESSION, MISSING_TOKEN, VERIFY_UNAVAILABLE, FORCED_<status>, or the verifier's error. */
   rejections: Record<string, number>;
+  /** Accepted posts whose connection was then dropped without an answer (`dropAfterPost`). */
+  droppedAfterPost: number;
 }
 
 export interface TargetStandin {
@@ -63,6 +93,10 @@ export interface TargetStandin {
   sitekey: string;
   stats(): TargetStandinStats;
   resetStats(): void;
+  /** Sets (or, with null, clears) faults while running. */
+  setFaults(faults: TargetFaults): void;
+  /** The event log after `since` (0: all kept). */
+  events(since?: number): { next: number; dropped: number; entries: Logged<TargetEvent>[] };
   /**
    * Tokens that reached the stand-in in a POST, kept in memory only so tests can prove that
    * no log line contains one. Not served over HTTP.
@@ -76,7 +110,7 @@ const SESSION_COOKIE = 'tg_session';
 const MAX_POST_BYTES = 1024 * 1024;
 
 function emptyStats(): TargetStandinStats {
-  return { pageLoads: 0, posts: 0, accepted: {}, acceptedTotal: 0, rejections: {} };
+  return { pageLoads: 0, posts: 0, accepted: {}, acceptedTotal: 0, rejections: {}, droppedAfterPost: 0 };
 }
 
 function hostileKind(arg: string): HostileKind {
@@ -104,6 +138,20 @@ async function readBody(req: IncomingMessage): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
+function recordOf(url: URL, form?: URLSearchParams): string {
+  return form?.get('record') ?? url.pathname.split('/').filter(Boolean).pop() ?? '';
+}
+
+function checkTargetFaults(f: unknown): TargetFaults {
+  if (typeof f !== 'object' || f === null || Array.isArray(f))
+    throw new RangeError('faults must be an object');
+  for (const [name, value] of Object.entries(f)) {
+    if (name !== 'dropAfterPost') throw new RangeError(`unknown target fault "${name}"`);
+    if (value !== null) checkSchedule(name, value);
+  }
+  return f as TargetFaults;
+}
+
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
@@ -118,6 +166,14 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
   const tokens: string[] = [];
   const pageDelayMs = options.pageDelayMs ?? 0;
   const postDelayMs = options.postDelayMs ?? 0;
+  const events = eventLog<TargetEvent>();
+  let dropAfterPost: FaultDraw | undefined;
+  const setFaults = (f: TargetFaults) => {
+    checkTargetFaults(f);
+    if (f.dropAfterPost !== undefined)
+      dropAfterPost = f.dropAfterPost === null ? undefined : faultDraw(f.dropAfterPost);
+  };
+  if (options.faults) setFaults(options.faults);
   for (const [name, v] of [
     ['pageDelayMs', pageDelayMs],
     ['postDelayMs', postDelayMs],
@@ -125,8 +181,9 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
     if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`${name} must be a number >= 0, got ${v}`);
   }
 
-  const reject = (res: ServerResponse, status: number, reason: string) => {
+  const reject = (res: ServerResponse, status: number, reason: string, event?: TargetEvent) => {
     stats.rejections[reason] = (stats.rejections[reason] ?? 0) + 1;
+    if (event) events.push({ ...event, status, reason });
     res.writeHead(status, { 'content-type': 'text/plain' }).end(`rejected: ${reason}\n`);
   };
 
@@ -138,6 +195,21 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
     }
     if (url.pathname === '/stats/reset' && req.method === 'POST') {
       stats = emptyStats();
+      res.writeHead(204).end();
+      return;
+    }
+    if (url.pathname === '/events' && req.method === 'GET') {
+      const since = Number(url.searchParams.get('since') ?? 0) || 0;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(events.since(since)));
+      return;
+    }
+    if (url.pathname === '/faults' && req.method === 'POST') {
+      try {
+        setFaults(JSON.parse(await readBody(req)) as unknown as TargetFaults);
+      } catch (err) {
+        res.writeHead(400, { 'content-type': 'text/plain' }).end(`${(err as Error).message}\n`);
+        return;
+      }
       res.writeHead(204).end();
       return;
     }
@@ -163,8 +235,9 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       const status = Number(arg) || 500;
       if (isPost) {
         stats.posts++;
-        reject(res, status, `FORCED_${status}`);
+        reject(res, status, `FORCED_${status}`, { kind: 'post', record: recordOf(url), status });
       } else {
+        events.push({ kind: 'page', record: recordOf(url), status });
         res.writeHead(status, { 'content-type': 'text/plain' }).end(`forced ${status}\n`);
       }
       return;
@@ -180,6 +253,7 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
         headers['set-cookie'] = `${SESSION_COOKIE}=${session}; Path=/; HttpOnly; SameSite=Lax`;
       }
       sessions.set(session, url.href);
+      events.push({ kind: 'page', record: recordOf(url), status: 200 });
       if (hostile) return sendHostile(req, res, hostile, headers);
       const turnstile = url.searchParams.get('widget') === 'turnstile';
       const widget = turnstile
@@ -197,15 +271,22 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
     if (isPost) {
       stats.posts++;
       const form = new URLSearchParams(await readBody(req));
+      const idempotencyKey = req.headers['idempotency-key'];
+      const event: TargetEvent = {
+        kind: 'post',
+        record: recordOf(url, form),
+        status: 0,
+        ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
+      };
       const session = readCookie(req, SESSION_COOKIE);
       const pageurl = session ? sessions.get(session) : undefined;
-      if (!pageurl) return reject(res, 403, 'NO_SESSION');
+      if (!pageurl) return reject(res, 403, 'NO_SESSION', event);
       const field = tokenFields.find((f) => form.has(f));
       const token = field ? form.get(field) : undefined;
-      if (!token) return reject(res, 403, 'MISSING_TOKEN');
+      if (!token) return reject(res, 403, 'MISSING_TOKEN', event);
       tokens.push(token);
       let verdict: { success?: boolean; error?: string };
-      if (captchaUrl === undefined) return reject(res, 502, 'VERIFY_UNAVAILABLE');
+      if (captchaUrl === undefined) return reject(res, 502, 'VERIFY_UNAVAILABLE', event);
       try {
         const answer = await fetch(`${captchaUrl}/verify`, {
           method: 'POST',
@@ -214,12 +295,20 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
         });
         verdict = (await answer.json()) as typeof verdict;
       } catch {
-        return reject(res, 502, 'VERIFY_UNAVAILABLE');
+        return reject(res, 502, 'VERIFY_UNAVAILABLE', event);
       }
-      if (verdict.success !== true) return reject(res, 403, verdict.error ?? 'TOKEN_REJECTED');
+      if (verdict.success !== true) return reject(res, 403, verdict.error ?? 'TOKEN_REJECTED', event);
       const record = form.get('record') ?? url.pathname;
       stats.accepted[record] = (stats.accepted[record] ?? 0) + 1;
       stats.acceptedTotal++;
+      if (dropAfterPost?.hit(event.record)) {
+        // The form took it; its answer is lost (a reset connection, a timed-out gateway).
+        stats.droppedAfterPost++;
+        events.push({ ...event, reason: 'DROPPED_AFTER_POST' });
+        req.socket.destroy();
+        return;
+      }
+      events.push({ ...event, status: 200 });
       if (hostile) return sendHostile(req, res, hostile);
       res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted\n');
       return;
@@ -245,6 +334,8 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
     resetStats: () => {
       stats = emptyStats();
     },
+    setFaults,
+    events: (since = 0) => events.since(since),
     receivedTokens: () => [...tokens],
     close: async () => {
       server.closeAllConnections();

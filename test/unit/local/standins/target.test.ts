@@ -102,3 +102,79 @@ describe('target stand-in', () => {
     expect(target.stats().rejections).toEqual({ FORCED_500: 1 });
   });
 });
+
+describe('target stand-in faults and event log', () => {
+  it('dropAfterPost: every 2nd POST is verified and counted, then its connection closes without an answer', async () => {
+    // Prepare
+    const { next } = target.events();
+    const res = await fetch(`${target.url}/faults`, {
+      method: 'POST',
+      body: JSON.stringify({ dropAfterPost: { every: 2 } }),
+    });
+    expect(res.status).toBe(204);
+    const outcomes: string[] = [];
+    // Act
+    for (const key of ['drop-1', 'drop-2', 'drop-3']) {
+      const page = await loadPage(`/form/${key}`);
+      const token = await tokenFor(`/form/${key}`);
+      outcomes.push(
+        await post(`/form/${key}`, page.cookie, { 'g-recaptcha-response': token, record: key }).then(
+          String,
+          (err: Error) => `lost: ${(err.cause as { code?: string } | undefined)?.code ?? err.message}`,
+        ),
+      );
+    }
+    target.setFaults({ dropAfterPost: null });
+    // Assess: the dropped POST was accepted (the form took it), and the log says so.
+    expect(outcomes[0]).toBe('200');
+    expect(outcomes[1]).toMatch(/^lost/);
+    expect(outcomes[2]).toBe('200');
+    expect(target.stats()).toMatchObject({ acceptedTotal: 3, droppedAfterPost: 1 });
+    const posts = target.events(next).entries.filter((e) => e.kind === 'post');
+    expect(posts.map((e) => [e.record, e.status, e.reason])).toEqual([
+      ['drop-1', 200, undefined],
+      ['drop-2', 0, 'DROPPED_AFTER_POST'],
+      ['drop-3', 200, undefined],
+    ]);
+  });
+
+  it('dropAfterPost for chosen record keys only, and the Idempotency-Key header in the log', async () => {
+    target.setFaults({ dropAfterPost: { every: 1, keys: ['only-this'] } });
+    const { next } = target.events();
+    for (const key of ['not-this', 'only-this']) {
+      const page = await loadPage(`/form/${key}`);
+      const token = await tokenFor(`/form/${key}`);
+      await fetch(`${target.url}/form/${key}`, {
+        method: 'POST',
+        headers: {
+          cookie: page.cookie,
+          'content-type': 'application/x-www-form-urlencoded',
+          'idempotency-key': `"${key}"`,
+        },
+        body: new URLSearchParams({ 'g-recaptcha-response': token }),
+      }).then(
+        (r) => r.text(),
+        () => undefined,
+      );
+    }
+    target.setFaults({ dropAfterPost: null });
+    const res = await fetch(`${target.url}/events?since=${next}`);
+    const { entries } = (await res.json()) as ReturnType<TargetStandin['events']>;
+    expect(entries.map((e) => [e.kind, e.record, e.status, e.idempotencyKey])).toEqual([
+      ['page', 'not-this', 200, undefined],
+      ['post', 'not-this', 200, '"not-this"'],
+      ['page', 'only-this', 200, undefined],
+      ['post', 'only-this', 0, '"only-this"'],
+    ]);
+  });
+
+  it('refuses a malformed fault with a message naming it', async () => {
+    const res = await fetch(`${target.url}/faults`, {
+      method: 'POST',
+      body: JSON.stringify({ dropAfterPost: { every: 0 } }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.text()).toContain('dropAfterPost.every');
+    expect(() => target.setFaults({ bogus: {} } as never)).toThrow(/bogus/);
+  });
+});
