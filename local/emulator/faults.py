@@ -195,7 +195,7 @@ def _control(environ, start_response):
         since = int((parse_qs(environ.get("QUERY_STRING", "")).get("since") or ["0"])[0])
         with _lock:
             entries = [e for e in _log if e["seq"] > since]
-        last = entries[-1]["seq"] if entries else since
+            last = _log[-1]["seq"] if _log else 0  # the newest entry: ask after it next time
         return _json(start_response, "200 OK", {"next": last, "entries": entries})
     if method == "GET":
         with _lock:
@@ -218,7 +218,11 @@ def _control(environ, start_response):
 def _read_body(environ):
     length = environ.get("CONTENT_LENGTH") or ""
     stream = environ["wsgi.input"]
-    return stream.read(int(length)) if length.isdigit() else stream.read()
+    if length.isdigit():
+        return stream.read(int(length))
+    # A chunked body is de-chunked by werkzeug and ends; without either there is no body (reading
+    # the raw socket would wait for the client to close it).
+    return stream.read() if environ.get("wsgi.input_terminated") else b""
 
 
 def _error_response(rule, start_response):

@@ -5,6 +5,7 @@ import { parseTask, send, sendAnswer } from './http.js';
 import { drawSolveMs } from './latency.js';
 import type { StandinModel, Task, TaskRequest } from './model.js';
 import type { LatencyDistribution } from './types.js';
+import { type LostAnswers, recordOfPageurl } from './wire.js';
 
 /**
  * CaptchaAI's wire API over the model (like a moto `responses` module): in.php creates a task,
@@ -18,6 +19,8 @@ type Params = URLSearchParams;
 export interface ApiOptions {
   model: StandinModel;
   faults: Faults;
+  /** in.php answers lost after the task was created (wire.ts). */
+  lost: LostAnswers;
   random: () => number;
   timeScale: number;
   /** Per-type solve latency (before the time scale). */
@@ -61,16 +64,37 @@ export class CaptchaApi {
 
   async inPhp(req: IncomingMessage, res: ServerResponse, p: Params): Promise<void> {
     const parsed = parseTask(p);
-    this.model.countSubmit(p.get('pageurl'), 'type' in parsed ? parsed.type : undefined);
-    if (await this.refused('in.php', req, res, p)) return;
-    if ('error' in parsed) return this.answer(res, p, false, parsed.error);
-    if (!this.model.hasFreeThread()) return this.answer(res, p, false, 'ERROR_ZERO_BALANCE');
+    const { model } = this;
+    model.countSubmit(p.get('pageurl'), 'type' in parsed ? parsed.type : undefined);
+    const record = recordOfPageurl(p.get('pageurl') ?? '');
+    const noTask = (error: string) =>
+      model.wire.push({ kind: 'in.php', record, error, inFlight: model.inFlight });
+    if (await this.refused('in.php', req, res, p)) return noTask('REFUSED');
+    if ('error' in parsed) {
+      noTask(parsed.error);
+      return this.answer(res, p, false, parsed.error);
+    }
+    if (!model.hasFreeThread()) {
+      noTask('ERROR_ZERO_BALANCE');
+      return this.answer(res, p, false, 'ERROR_ZERO_BALANCE');
+    }
     const task = this.startTask(parsed);
-    // A fault that strikes once the task exists (its answer lost or late) belongs here, in faults.ts.
+    const lost = this.o.lost.draw(record);
+    model.wire.push({
+      kind: 'in.php',
+      record,
+      taskId: task.id,
+      inFlight: model.inFlight,
+      ...(lost ? { lost } : {}),
+    });
     this.idCount += 1;
     const { taskIdAs } = this.o;
     const asNumber = taskIdAs === 'number' || (taskIdAs === 'mixed' && this.idCount % 2 === 0);
-    this.answer(res, p, true, asNumber ? Number(task.id) : task.id);
+    const reply = () => this.answer(res, p, true, asNumber ? Number(task.id) : task.id);
+    if (!lost) return reply();
+    // The task exists and holds its thread; only its answer is lost (wire.ts).
+    model.countError(`LOST_${lost.toUpperCase()}`);
+    await this.o.lost.deliver(lost, req, res, reply);
   }
 
   /** Creates the task and schedules how it ends: solved or unsolvable after its latency, or never. */
@@ -96,6 +120,11 @@ export class CaptchaApi {
     if (await this.refused('res.php', req, res, p)) return;
     const task = this.model.task(p.get('id') ?? '');
     if (!task) return this.answer(res, p, false, 'ERROR_WRONG_CAPTCHA_ID');
+    const answer = { pending: 'CAPCHA_NOT_READY', unsolvable: 'ERROR_CAPTCHA_UNSOLVABLE', solved: 'OK' }[
+      task.state
+    ];
+    const record = recordOfPageurl(task.pageurl);
+    this.model.wire.push({ kind: 'res.php', record, taskId: task.id, answer, inFlight: this.model.inFlight });
     if (task.state === 'pending') {
       if (p.get('json') === '1')
         send(res, 200, JSON.stringify({ status: 0, request: 'CAPCHA_NOT_READY' }), 'application/json');

@@ -2,17 +2,18 @@ import type { Faults } from './faults.js';
 import { checkBool, checkCount, isRecord } from './http.js';
 import type { StandinModel } from './model.js';
 import type { CaptchaStandin, FaultRates, InjectedReply } from './types.js';
+import { checkLostAnswerFaults, type LostAnswers } from './wire.js';
 
 /**
  * The stand-in's control API: what tests and other processes may change while it runs (the
- * plan's threads, the key, the plan's state, fault rates, canned replies) and the stats they
- * read, from code (`StandinControl`, part of the handle) or over HTTP (`POST /control` with a
+ * plan's threads, the key, the plan's state, fault rates, canned replies, lost answers) and the
+ * stats and wire log they read, from code (`StandinControl`, part of the handle) or over HTTP (`POST /control` with a
  * ControlRequest, `GET /stats`, `POST /stats/reset`; routed by router.ts).
  */
 
 export type StandinControl = Omit<CaptchaStandin, 'url' | 'port' | 'close'>;
 
-export function createControl(model: StandinModel, faults: Faults): StandinControl {
+export function createControl(model: StandinModel, faults: Faults, lost: LostAnswers): StandinControl {
   return {
     setThreads(n) {
       model.threads = checkCount('threads', n);
@@ -36,7 +37,11 @@ export function createControl(model: StandinModel, faults: Faults): StandinContr
     inject(endpoint, replies) {
       faults.inject(endpoint, replies);
     },
-    stats: () => model.stats(),
+    setLostAnswers(f) {
+      lost.set(f);
+    },
+    events: (since = 0) => model.wire.since(since),
+    stats: () => ({ ...model.stats(), lostAnswers: lost.counts() }),
     submitTimes: (pageurl) => model.submitTimes(pageurl),
     resetStats() {
       model.resetCounters();
@@ -55,6 +60,7 @@ export function applyControl(control: StandinControl, c: unknown): void {
     if (!isRecord(c.faults)) throw new RangeError('faults must be an object');
     control.setFaults(c.faults as Partial<FaultRates>);
   }
+  if (c.lostAnswers !== undefined) control.setLostAnswers(checkLostAnswerFaults(c.lostAnswers));
   if (c.inject !== undefined) {
     if (!isRecord(c.inject)) throw new RangeError('inject must be an object');
     for (const endpoint of ['in.php', 'res.php'] as const) {

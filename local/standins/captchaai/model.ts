@@ -4,6 +4,7 @@ import type { CaptchaType } from '../../../functions/captchaai/types.js';
 import { isRecord, keyFingerprint, makeToken, normalizeUrl } from './http.js';
 import type { Timers } from './timers.js';
 import type { StandinStats } from './types.js';
+import { captchaWireLog, recordOfPageurl } from './wire.js';
 
 /**
  * The emulated CaptchaAI account, apart from the wire (like a moto `models` module): the plan
@@ -66,6 +67,8 @@ export class StandinModel {
   /** Tasks holding a thread now. */
   inFlight = 0;
   counters = freshCounters(0);
+  /** What happened on the wire, in order (wire.ts; kept across resetStats). */
+  readonly wire = captchaWireLog();
   private readonly tasks = new Map<string, Task>();
   private readonly tokens = new Map<string, IssuedToken>();
   private nextTaskId = 70_000_000_000 + randomInt(1_000_000_000);
@@ -159,6 +162,8 @@ export class StandinModel {
     task.state = state;
     task.finishedAt = Date.now();
     this.release(task);
+    const record = recordOfPageurl(task.pageurl);
+    this.wire.push({ kind: 'task-end', record, taskId: task.id, state, inFlight: this.inFlight });
     if (state === 'unsolvable') return;
     const token = makeToken(task.type);
     task.token = token;
@@ -201,7 +206,7 @@ export class StandinModel {
     for (const [token, t] of this.tokens) if (t.expiresAt < cutoff) this.tokens.delete(token);
   }
 
-  stats(): StandinStats {
+  stats(): Omit<StandinStats, 'lostAnswers'> {
     const c = this.counters;
     return {
       threads: this.threads,

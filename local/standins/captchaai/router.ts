@@ -7,7 +7,7 @@ import type { VerifyResult } from './model.js';
 /**
  * The stand-in's request router (like a moto `urls` module): CaptchaAI's endpoints `/in.php` and
  * `/res.php` (form-encoded bodies, JSON bodies or query parameters) go to the API; `/stats`,
- * `/stats/reset` and `/control` to the control API; `/verify` to the model's token check;
+ * `/stats/reset`, `/control` and `/events` (the wire log) to the control API; `/verify` to the model's token check;
  * `/health` answers itself. A route's handler throwing answers 400 with its message.
  */
 
@@ -69,6 +69,8 @@ export async function route(parts: RouterParts, req: IncomingMessage, res: Serve
     return sendJson(res, 200, parts.control.stats());
   }
   if (path === '/control' && req.method === 'POST') return controlRoute(parts, res, raw);
+  if (path === '/events' && req.method === 'GET')
+    return sendJson(res, 200, parts.control.events(Number(url.searchParams.get('since')) || 0));
   if (path === '/verify' && req.method === 'POST') return verifyRoute(parts, res, raw);
   if (path === '/health') return sendJson(res, 200, { ok: true });
   sendJson(res, 404, { error: `no route ${req.method} ${path}` });

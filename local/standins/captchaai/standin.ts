@@ -9,6 +9,7 @@ import { StandinModel } from './model.js';
 import { listener } from './router.js';
 import { Timers } from './timers.js';
 import { type CaptchaStandin, DEFAULT_LATENCY, type StandinOptions } from './types.js';
+import { lostAnswers } from './wire.js';
 
 export { keyFingerprint } from './http.js';
 export type {
@@ -31,12 +32,13 @@ export { DEFAULT_LATENCY } from './types.js';
  *
  * Endpoints: `/in.php`, `/res.php` (`action=get`, `action=threadsinfo`) with form-encoded
  * bodies or query parameters, with or without `json=1`; `GET /stats`, `POST /stats/reset`,
- * `POST /control`, `POST /verify` (single-use token check for a target site), `GET /health`.
+ * `POST /control`, `GET /events` (the wire log), `POST /verify` (single-use token check for a
+ * target site), `GET /health`.
  *
  * This folder is the stand-in's parts, each importing only those below it:
  * standin.ts (this file: options, server, handle) → router.ts (paths) → api.ts (in.php,
- * res.php) and control.ts (the control API) → faults.ts (injected faults), latency.ts (solve
- * times), model.ts (plan, tasks, tokens, counters) → timers.ts, http.ts (wire helpers),
+ * res.php) and control.ts (the control API) → faults.ts (injected faults), wire.ts (the wire log,
+ * lost in.php answers), latency.ts (solve times), model.ts (plan, tasks, tokens, counters) → timers.ts, http.ts (wire helpers),
  * types.ts (the contract). It may import functions/captchaai/ (CaptchaAI's types and timings)
  * and ../hostile-reply.ts.
  */
@@ -63,16 +65,18 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     slowMs: (o.slowMs ?? 20_000) * timeScale,
     countError: (code) => model.countError(code),
   });
+  const lost = lostAnswers(timeScale, (ms) => timers.delay(ms), o.lostAnswers);
   const api = new CaptchaApi({
     model,
     faults,
+    lost,
     random,
     timeScale,
     latency: { ...DEFAULT_LATENCY, ...o.latency },
     abandonAfterMs: (o.abandonAfterMs ?? 300_000) * timeScale,
     taskIdAs: o.taskIdAs ?? 'mixed',
   });
-  const control = createControl(model, faults);
+  const control = createControl(model, faults, lost);
   const server = createServer(
     listener({ api, control, verify: (body) => model.verify(body), countKey: (key) => model.countKey(key) }),
   );

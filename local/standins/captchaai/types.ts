@@ -1,5 +1,7 @@
 import type { CaptchaType } from '../../../functions/captchaai/types.js';
+import type { Logged } from '../event-log.js';
 import type { HostileKind } from '../hostile-reply.js';
+import type { CaptchaEvent, LostAnswerFaults, LostAnswerKind } from './wire.js';
 
 /** The CaptchaAI stand-in's contract: its options, faults, control requests, stats and handle (local/standins/captchaai/standin.ts and its parts). */
 
@@ -52,6 +54,8 @@ export interface StandinOptions {
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   /** @default all 0 */
   faults?: Partial<FaultRates>;
+  /** in.php answers lost after the task was created (wire.ts). @default none */
+  lostAnswers?: LostAnswerFaults;
   /** A never-finishing task releases its thread after this (scaled). @default 300000 */
   abandonAfterMs?: number;
   /** Delay of a `slow` answer (scaled). @default 20000 */
@@ -106,6 +110,8 @@ export interface StandinStats {
    * stats nor a log of them ever holds a key (tests compute the fingerprint of the key they ask about).
    */
   requestsByKey: Record<string, number>;
+  /** in.php answers lost after their task was created, by kind (the tasks hold threads like any other). */
+  lostAnswers: Record<LostAnswerKind, number>;
 }
 
 export interface ControlRequest {
@@ -115,6 +121,7 @@ export interface ControlRequest {
   keyRevoked?: boolean;
   planActive?: boolean;
   faults?: Partial<FaultRates>;
+  lostAnswers?: LostAnswerFaults;
   inject?: Partial<Record<InjectableEndpoint, InjectedReply[]>>;
 }
 
@@ -127,6 +134,10 @@ export interface CaptchaStandin {
   setApiKey(key: string): void;
   setPlanActive(v: boolean): void;
   setFaults(f: Partial<FaultRates>): void;
+  /** Sets (null: clears) the kinds of lost in.php answers named. */
+  setLostAnswers(f: LostAnswerFaults): void;
+  /** The wire log after `since` (0: all kept). */
+  events(since?: number): { next: number; dropped: number; entries: Logged<CaptchaEvent>[] };
   /** Queues canned answers for the next requests to `endpoint` (res.php: `action=get` only). */
   inject(endpoint: InjectableEndpoint, replies: InjectedReply[]): void;
   stats(): StandinStats;
