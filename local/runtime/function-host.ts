@@ -6,9 +6,14 @@ import {
   GetFunctionConcurrencyCommand,
 } from '@aws-sdk/client-lambda';
 import { ExecutionEnvironment } from './execution-environment.js';
-import type { LocalRuntime } from './local-runtime.js';
 import { LogSink } from './log-sink.js';
-import type { DeployedFunction, EnvironmentMemory, FunctionStats, InvokeResult } from './types.js';
+import type {
+  DeployedFunction,
+  EnvironmentMemory,
+  FunctionStats,
+  InvokeResult,
+  RuntimeContext,
+} from './types.js';
 
 /** A deployed function: its configuration, its idle environments and its counters. */
 export class FunctionHost {
@@ -30,7 +35,9 @@ export class FunctionHost {
 
   constructor(
     readonly name: string,
-    private readonly runtime: LocalRuntime,
+    private readonly runtime: RuntimeContext,
+    /** The function's unzipped code for this CodeSha256 and the zip's location. */
+    private readonly codeDirFor: (codeSha: string, location: string | undefined) => Promise<string>,
   ) {
     this.log = new LogSink(join(runtime.options.logDir, `${name}.log`), runtime.redactions);
   }
@@ -52,7 +59,7 @@ export class FunctionHost {
       this.fn.timeoutSeconds !== (conf.Timeout ?? 3) ||
       JSON.stringify(this.fn.env) !== JSON.stringify(env);
     if (!changed) return;
-    const taskRoot = await this.runtime.codeDirFor(this.name, codeSha, out.Code?.Location);
+    const taskRoot = await this.codeDirFor(codeSha, out.Code?.Location);
     this.fn = {
       name: this.name,
       arn: conf.FunctionArn ?? this.name,

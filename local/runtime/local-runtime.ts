@@ -23,9 +23,11 @@ import { SqsPoller } from './pollers/sqs.js';
 import { StreamPoller } from './pollers/stream.js';
 import { RuleTimer } from './rule-timer.js';
 import {
+  type ClientConfig,
   errorMessage,
   type FunctionStats,
   type LocalRuntimeOptions,
+  type RuntimeContext,
   type RuntimeEvent,
   type RuntimeStats,
 } from './types.js';
@@ -38,6 +40,7 @@ export type {
   MappingStats,
   RuntimeEvent,
   RuntimeStats,
+  StreamMappingStats,
 } from './types.js';
 
 /**
@@ -61,14 +64,15 @@ export type {
  *
  * One class per file under local/runtime/: SqsPoller (the mapping's poller), RuleTimer (the
  * scheduler), FunctionHost (a function's configuration and environments), ExecutionEnvironment
- * (one worker thread), CodeCache (the unzipped bundles), LogSink (redacted log files).
+ * (one worker thread), CodeCache (the unzipped bundles), LogSink (redacted log files). This file
+ * is the only one that imports them; each gets a RuntimeContext (types.ts) and callbacks.
  */
 
 const DEFAULT_REFRESH_MS = 500;
 /** With every queue mapping watched, the full re-read runs every this many refresh periods. */
 const WATCHED_REFRESH_FACTOR = 10;
 
-export class LocalRuntime {
+export class LocalRuntime implements RuntimeContext {
   readonly lambda: LambdaClient;
   readonly sqs: SQSClient;
   readonly s3: S3Client;
@@ -84,11 +88,7 @@ export class LocalRuntime {
   readonly redactions: Redactions;
   private readonly secrets: SecretsManagerClient;
   /** Endpoint, region and credentials of the emulator, for clients the pollers make. */
-  readonly clientConfig: {
-    endpoint: string | undefined;
-    region: string;
-    credentials: { accessKeyId: string; secretAccessKey: string };
-  };
+  readonly clientConfig: ClientConfig;
   stopped = false;
   private readonly hosts = new Map<string, FunctionHost>();
   private readonly pollers = new Map<string, SqsPoller>();
@@ -143,10 +143,6 @@ export class LocalRuntime {
     this.options.onEvent?.(event);
   }
 
-  hostFor(functionName: string): FunctionHost | undefined {
-    return this.hosts.get(functionName);
-  }
-
   private wanted(functionName: string): boolean {
     return !this.options.functionNames || this.options.functionNames.includes(functionName);
   }
@@ -154,7 +150,10 @@ export class LocalRuntime {
   private ensureHost(functionName: string): FunctionHost {
     let host = this.hosts.get(functionName);
     if (!host) {
-      host = new FunctionHost(functionName, this);
+      // The function's unzipped code: an override, else the zip `cdk deploy` uploaded to the emulator's S3.
+      host = new FunctionHost(functionName, this, (sha, location) =>
+        this.code.dirFor(functionName, sha, location),
+      );
       this.hosts.set(functionName, host);
     }
     return host;
@@ -274,16 +273,17 @@ export class LocalRuntime {
       const name = rule.Name ?? '';
       let timer = this.rules.get(name);
       if (!timer) {
-        timer = new RuleTimer(this, name, rule.Arn ?? '', rule.ScheduleExpression ?? '');
+        timer = new RuleTimer(
+          this,
+          (fn) => this.hosts.get(fn),
+          name,
+          rule.Arn ?? '',
+          rule.ScheduleExpression ?? '',
+        );
         this.rules.set(name, timer);
       }
       timer.update(rule, targets);
     }
-  }
-
-  /** The function's unzipped code: an override, else the zip `cdk deploy` uploaded to the emulator's S3. */
-  codeDirFor(functionName: string, codeSha: string, location: string | undefined): Promise<string> {
-    return this.code.dirFor(functionName, codeSha, location);
   }
 
   stats(): RuntimeStats {

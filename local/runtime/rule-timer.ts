@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Rule, Target } from '@aws-sdk/client-eventbridge';
-import type { LocalRuntime } from './local-runtime.js';
+import type { FunctionHost } from './function-host.js';
+import type { RuntimeContext } from './types.js';
 
 /** Parses `rate(5 minutes)` into ms; `cron(...)` and anything else gives undefined. */
 export function ratePeriodMs(expression: string | undefined): number | undefined {
@@ -26,7 +27,9 @@ export class RuleTimer {
   private warned = false;
 
   constructor(
-    private readonly runtime: LocalRuntime,
+    private readonly runtime: RuntimeContext,
+    /** The host of a target's function, if the runtime runs it. */
+    private readonly hostFor: (functionName: string) => FunctionHost | undefined,
     readonly name: string,
     readonly arn: string,
     public schedule: string,
@@ -60,7 +63,7 @@ export class RuleTimer {
     const now = new Date();
     for (const target of this.targets) {
       const functionName = target.Arn?.split(':')[6];
-      const host = functionName ? this.runtime.hostFor(functionName) : undefined;
+      const host = functionName ? this.hostFor(functionName) : undefined;
       if (!host?.fn) continue;
       if (!host.hasCapacity()) {
         host.stats.throttles++;

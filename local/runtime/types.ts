@@ -1,4 +1,13 @@
-import type { StreamMappingStats } from './pollers/stream.js';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
+import type { SQSClient } from '@aws-sdk/client-sqs';
+import type { LogSink, Redactions } from './log-sink.js';
+
+/**
+ * The runtime's shared vocabulary: its options, events and stats, and RuntimeContext, what its
+ * parts get from it. Every file under local/runtime/ may import this one; it imports only
+ * log-sink.ts (types), so the parts never import local-runtime.ts back.
+ */
+
 export interface LocalRuntimeOptions {
   /** AWS_ENDPOINT_URL, AWS_REGION and credentials of the emulator (see local/emulator/moto.ts awsEnvFor). */
   awsEnv: Record<string, string>;
@@ -106,6 +115,20 @@ export interface MappingStats {
   failedItems: number;
 }
 
+/** A DynamoDB stream mapping's counters (see pollers/stream.ts). */
+export interface StreamMappingStats {
+  uuid: string;
+  functionName: string;
+  streamArn: string;
+  enabled: boolean;
+  batchSize: number;
+  /** Stream records handed to the function and acknowledged. */
+  delivered: number;
+  invocations: number;
+  /** Invocations that failed or reported failed items (their records were sent again). */
+  retries: number;
+}
+
 export interface RuntimeStats {
   functions: Record<string, FunctionStats>;
   mappings: MappingStats[];
@@ -141,4 +164,38 @@ export function errorMessage(err: unknown): string {
 export function mappingPolls(state: string | undefined): boolean {
   const s = state ?? 'Enabled';
   return s === 'Enabled' || s === 'Enabling' || s === 'Updating' || s === 'Creating';
+}
+
+/** Endpoint, region and credentials of the emulator, for the clients a part makes. */
+export interface ClientConfig {
+  endpoint: string | undefined;
+  region: string;
+  credentials: { accessKeyId: string; secretAccessKey: string };
+}
+
+/**
+ * What the runtime's parts (FunctionHost, SqsPoller, StreamPoller, RuleTimer) get from the
+ * LocalRuntime that owns them: the emulator's clients, the settings, whether it has stopped,
+ * its log and where to report events. They get this interface (and callbacks for the rest: a
+ * host's code directory, a rule's function host), never the class, so imports run one way.
+ */
+export interface RuntimeContext {
+  readonly options: LocalRuntimeOptions;
+  readonly lambda: LambdaClient;
+  readonly sqs: SQSClient;
+  readonly clientConfig: ClientConfig;
+  readonly region: string;
+  readonly timeScale: number;
+  readonly refreshMs: number;
+  readonly unreservedLimit: number;
+  readonly receiveWaitSeconds: number;
+  readonly stateMaxAgeMs: number;
+  /** runtime.log. */
+  readonly runtimeLog: LogSink;
+  /** What every log file of this runtime redacts. */
+  readonly redactions: Redactions;
+  /** True once the runtime is stopping: loops end and environments are not reused. */
+  readonly stopped: boolean;
+  /** Reports an event to the runtime's owner (errors also go to runtime.log). */
+  emit(event: RuntimeEvent): void;
 }

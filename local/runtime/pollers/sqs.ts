@@ -9,8 +9,13 @@ import {
 } from '@aws-sdk/client-sqs';
 import { capInForce } from '../../../functions/pipeline/cap-policy.js';
 import type { FunctionHost } from '../function-host.js';
-import type { LocalRuntime } from '../local-runtime.js';
-import { errorMessage, type InvokeResult, type MappingStats, mappingPolls } from '../types.js';
+import {
+  errorMessage,
+  type InvokeResult,
+  type MappingStats,
+  mappingPolls,
+  type RuntimeContext,
+} from '../types.js';
 import { type MappingSettings, QueueWatch } from './queue-watch.js';
 import { succeededMessageIds, toSqsRecord } from './sqs-event.js';
 
@@ -38,7 +43,7 @@ export class SqsPoller {
   private readonly deleting = new Set<Promise<void>>();
 
   constructor(
-    private readonly runtime: LocalRuntime,
+    private readonly runtime: RuntimeContext,
     private readonly host: FunctionHost,
     mapping: EventSourceMappingConfiguration,
   ) {

@@ -8,8 +8,13 @@ import {
 } from '@aws-sdk/client-dynamodb-streams';
 import { type EventSourceMappingConfiguration, GetEventSourceMappingCommand } from '@aws-sdk/client-lambda';
 import type { FunctionHost } from '../function-host.js';
-import type { LocalRuntime } from '../local-runtime.js';
-import { errorMessage, type InvokeResult, mappingPolls } from '../types.js';
+import {
+  errorMessage,
+  type InvokeResult,
+  mappingPolls,
+  type RuntimeContext,
+  type StreamMappingStats,
+} from '../types.js';
 
 /**
  * Lambda's DynamoDB stream poller for one event source mapping, as the emulator has no poller
@@ -19,18 +24,6 @@ import { errorMessage, type InvokeResult, mappingPolls } from '../types.js';
  * ReportBatchItemFailures, the batch is retried from the lowest reported sequence number, and
  * the records before it count as done. A disabled mapping stops polling.
  */
-export interface StreamMappingStats {
-  uuid: string;
-  functionName: string;
-  streamArn: string;
-  enabled: boolean;
-  batchSize: number;
-  /** Stream records handed to the function and acknowledged. */
-  delivered: number;
-  invocations: number;
-  /** Invocations that failed or reported failed items (their records were sent again). */
-  retries: number;
-}
 
 /** Wait between GetRecords calls on an idle shard (Lambda polls a shard about 4 times a second). */
 const IDLE_POLL_MS = 250;
@@ -79,7 +72,7 @@ export class StreamPoller {
   private readonly shards = new Map<string, Promise<void>>();
 
   constructor(
-    private readonly runtime: LocalRuntime,
+    private readonly runtime: RuntimeContext,
     private readonly host: FunctionHost,
     mapping: EventSourceMappingConfiguration,
   ) {
