@@ -1,41 +1,41 @@
 """Ray: send a batch of records with Ray Data, then wait for the batch's outcomes.
 
-Install: pip install 'ray[data]' pandas pyarrow boto3   (Ray 2.51+; tested with 2.58)
+Install: pip install 'ray[data]' pandas pyarrow threadgate_producer-*.whl   (Ray 2.51+)
+         (the wheel: `pip wheel python/ --no-deps -w python/dist/` in a checkout)
 Run:     python ray_send_and_wait.py BATCH_ID records.jsonl
          (records.jsonl: one job per line, as `threadgate enqueue` takes; against
          `npx threadgate local --keep`, export the environment it prints first)
-Needs threadgate_producer.py (beside this file) on the driver; Ray ships it to the workers.
+Ray ships the threadgate_producer package to the workers (runtime_env py_modules).
 """
 
 import json
 import os
 import sys
 
-import boto3
 import ray
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from threadgate_producer import send_all, stack_outputs, wait_for_batch  # noqa: E402
+import threadgate_producer as tg
 
 
 class SendJobs:
-    """One SQS client per actor; each batch of rows becomes job messages under the batch id."""
+    """Each batch of rows becomes job messages under the batch id (validated, 10 per request)."""
 
     def __init__(self, queue_url, batch_id):
-        self.sqs, self.queue_url, self.batch_id = boto3.client("sqs"), queue_url, batch_id
+        self.queue_url, self.batch_id = queue_url, batch_id
 
     def __call__(self, batch):  # a pandas DataFrame of job fields
-        jobs = [{**{k: v for k, v in row.items() if v == v and v is not None}, "batch_id": self.batch_id}
-                for row in batch.to_dict("records")]
-        send_all(self.sqs, self.queue_url, jobs)
+        records = [{k: v for k, v in row.items() if v == v and v is not None}
+                   for row in batch.to_dict("records")]
+        result = tg.send(self.queue_url, records, batch_id=self.batch_id)
+        for refusal in result.refused:
+            print(f"refused {refusal.record_key}: {'; '.join(refusal.reasons)}", file=sys.stderr)
         return batch[["record_key"]]
 
 
 def main(batch_id, path):
-    outputs = stack_outputs(os.environ.get("THREADGATE_STACK", "Threadgate"))
+    outputs = tg.stack_outputs(os.environ.get("THREADGATE_STACK", "Threadgate"))
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    ray.init(runtime_env={"py_modules": [os.path.join(os.path.dirname(os.path.abspath(__file__)), "threadgate_producer.py")],
+    ray.init(runtime_env={"py_modules": [tg],
                           "env_vars": {k: v for k, v in os.environ.items() if k.startswith("AWS_")}})
     sent = (
         ray.data.from_items(rows)
@@ -51,11 +51,10 @@ def main(batch_id, path):
     )
     print(f"sent {sent} records under batch {batch_id}")
     keys = {r["record_key"] for r in rows}
-    outcomes = wait_for_batch(boto3.client("dynamodb"), outputs["TableName"], batch_id, len(keys))
-    counts = {}
-    for row in outcomes:
-        counts[row["status"]] = counts.get(row["status"], 0) + 1
-    print(json.dumps({"batch_id": batch_id, "records": len(keys), "counts": counts}))
+    done = tg.wait(outputs["TableName"], batch_id, expect=len(keys), timeout_s=3600,
+                   state_parameter=outputs["PipelineStateParameter"])
+    print(json.dumps({"batch_id": batch_id, "records": len(keys), "counts": done.counts}))
+    sys.exit(done.exit_code)
 
 
 if __name__ == "__main__":

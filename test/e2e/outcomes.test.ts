@@ -16,7 +16,7 @@ import { e2eTarget } from './target.js';
  * Outcomes back to the producer, end to end on the deployed stack: batches through
  * `threadgate enqueue` and `threadgate wait`, `outcomes --batch`, the outcome stream (table
  * stream → publisher Lambda → outcomes queue, run by the local runtime), a crash right after
- * the final write, and the plain-Python producer recipe (docs/recipes/threadgate_producer.py).
+ * the final write, and the Python producer package (python/threadgate_producer).
  */
 let stack: LocalStack;
 const dir = mkdtempSync(join(tmpdir(), 'tg-e2e-outcomes-'));
@@ -215,23 +215,24 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
     );
   }, 120_000);
 
-  it('runs the plain-Python producer recipe: send_all under a batch, wait_for_batch and key_outcomes read it back', async () => {
+  it('runs the Python producer package from python/: send under a batch, wait and key_outcomes read it back', async () => {
     // Prepare
     const batch = uniquePrefix('python');
     const jobs = Array.from({ length: 6 }, (_, i) =>
       JSON.parse(withBatch(goodRecord(stack.site.url, stack.site.sitekey, `${batch}-${i}`, i), batch)),
     );
     const program = [
-      'import json, sys, boto3',
-      "sys.path.insert(0, 'docs/recipes')",
-      'from threadgate_producer import stack_outputs, send_all, wait_for_batch, key_outcomes',
+      'import json, sys',
+      "sys.path.insert(0, 'python')",
+      'import threadgate_producer as tg',
       'jobs = json.loads(sys.argv[1])',
-      `out = stack_outputs(${JSON.stringify(stack.stackName)})`,
-      "send_all(boto3.client('sqs'), out['QueueUrl'], jobs)",
-      "ddb = boto3.client('dynamodb')",
-      `rows = wait_for_batch(ddb, out['TableName'], ${JSON.stringify(batch)}, len(jobs), timeout_s=120, interval_s=1)`,
-      "again = key_outcomes(ddb, out['TableName'], [j['record_key'] for j in jobs] + ['no-such-key'])",
-      "print(json.dumps({'batch': sorted((r['record_key'], r['status']) for r in rows), 'keys': sorted(again)}))",
+      `out = tg.stack_outputs(${JSON.stringify(stack.stackName)})`,
+      "sent = tg.send(out['QueueUrl'], jobs)",
+      'assert sent.sent == len(jobs) and not sent.refused, sent',
+      `done = tg.wait(out['TableName'], ${JSON.stringify(batch)}, expect=len(jobs), timeout_s=120, interval_s=1)`,
+      "assert done.end == 'done' and done.exit_code in (0, 2), done",
+      "again = tg.key_outcomes(out['TableName'], [j['record_key'] for j in jobs] + ['no-such-key'])",
+      "print(json.dumps({'batch': sorted((r['record_key'], r['status']) for r in done.rows), 'keys': sorted(again)}))",
     ].join('\n');
     // Act
     const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>(

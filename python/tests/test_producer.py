@@ -1,0 +1,122 @@
+"""Unit tests of threadgate_producer without AWS: validation, batching and retries of send(),
+and the done/exit-code rules of wait(). Fake clients stand in for boto3's here only; the
+integration test (test/integration/python/producer.test.ts) runs the package against the
+deployed local stack."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import threadgate_producer as tg  # noqa: E402
+from threadgate_producer.outcomes import tally  # noqa: E402
+
+GOOD = {"record_key": "k1", "sitekey": "abc", "pageurl": "https://f.example.com/a",
+        "submit_url": "https://f.example.com/s"}
+
+
+class FakeSqs:
+    """Fails the first `transient` attempts of every entry on SQS's side; sender-faults `bad` keys."""
+
+    def __init__(self, transient=0, bad=()):
+        self.transient, self.bad, self.calls, self.seen = transient, set(bad), [], {}
+
+    def send_message_batch(self, QueueUrl, Entries):
+        self.calls.append([e["Id"] for e in Entries])
+        ok, failed = [], []
+        for e in Entries:
+            self.seen[e["Id"]] = self.seen.get(e["Id"], 0) + 1
+            if any(f'"record_key":"{b}"' in e["MessageBody"] for b in self.bad):
+                failed.append({"Id": e["Id"], "SenderFault": True, "Code": "InvalidParameterValue", "Message": "no"})
+            elif self.seen[e["Id"]] <= self.transient:
+                failed.append({"Id": e["Id"], "SenderFault": False, "Code": "InternalError"})
+            else:
+                ok.append({"Id": e["Id"]})
+        return {"Successful": ok, "Failed": failed}
+
+
+class Validate(unittest.TestCase):
+    def test_accepts_a_flat_record(self):
+        self.assertEqual(tg.validate(GOOD), [])
+
+    def test_names_the_field_and_the_schema_rule(self):
+        reasons = tg.validate({**GOOD, "record_key": "a b", "extra": 1, "pageurl": "ftp://x"})
+        self.assertIn("record_key: must match ^[\\x21-\\x7e]+$", reasons)
+        self.assertIn("extra: is not allowed", reasons)
+        self.assertIn("pageurl: must be an absolute http(s) URL", reasons)
+
+    def test_requires_the_schema_required_fields(self):
+        self.assertEqual(tg.validate({"record_key": "k"}), ["pageurl: is required", "submit_url: is required"])
+
+    def test_picks_the_captcha_form_by_type(self):
+        self.assertEqual(tg.validate({**GOOD, "captcha": {"type": "recaptcha_v3", "min_score": 2}}),
+                         ["captcha.min_score: must be <= 0.9"])
+        self.assertEqual(tg.validate({**GOOD, "captcha": {"type": "nope"}}),
+                         ["captcha.type: must be one of recaptcha_v2, recaptcha_v3, recaptcha_enterprise, turnstile, image"])
+
+    def test_a_trailing_newline_does_not_pass_a_pattern(self):
+        self.assertEqual(tg.validate({**GOOD, "record_key": "k\n"}), ["record_key: must match ^[\\x21-\\x7e]+$"])
+
+    def test_refuses_booleans_as_numbers(self):
+        self.assertEqual(tg.validate({**GOOD, "captcha": {"type": "recaptcha_v3", "min_score": True}}),
+                         ["captcha.min_score: must be a number"])
+
+
+class Send(unittest.TestCase):
+    def test_sends_valid_records_in_batches_of_10_under_the_batch(self):
+        sqs = FakeSqs()
+        records = [{**GOOD, "record_key": f"k{i}"} for i in range(23)] + [{"record_key": "bad"}]
+        result = tg.send("url", records, batch_id="b1", sqs=sqs, sleep=lambda s: None)
+        self.assertEqual(result.sent, 23)
+        self.assertEqual([len(c) for c in sqs.calls], [10, 10, 3])
+        self.assertEqual([(r.index, r.record_key) for r in result.refused], [(23, "bad")])
+        self.assertEqual(len(result.keys), 23)
+
+    def test_retries_entries_sqs_failed_on_its_side(self):
+        sqs = FakeSqs(transient=2)
+        result = tg.send("url", [GOOD, {**GOOD, "record_key": "k2"}], sqs=sqs, sleep=lambda s: None)
+        self.assertEqual(result.sent, 2)
+        self.assertEqual(len(sqs.calls), 3)
+
+    def test_refuses_sender_faults_and_raises_when_retries_run_out(self):
+        result = tg.send("url", [GOOD, {**GOOD, "record_key": "k2"}], sqs=FakeSqs(bad=["k2"]), sleep=lambda s: None)
+        self.assertEqual((result.sent, [r.record_key for r in result.refused]), (1, ["k2"]))
+        with self.assertRaises(RuntimeError):
+            tg.send("url", [GOOD], sqs=FakeSqs(transient=99), sleep=lambda s: None)
+
+    def test_refuses_a_record_of_another_batch(self):
+        result = tg.send("url", [{**GOOD, "batch_id": "other"}], batch_id="b1", sqs=FakeSqs())
+        self.assertEqual(result.sent, 0)
+        self.assertIn("batch_id", result.refused[0].reasons[0])
+
+
+def rows(**counts):
+    return [{"record_key": f"{s}{i}", "status": s} for s, n in counts.items() for i in range(n)]
+
+
+class WaitRules(unittest.TestCase):
+    def test_done_codes(self):
+        self.assertEqual(tally(rows(submitted=3), 3)[2], tg.EXIT_OK)
+        self.assertEqual(tally(rows(submitted=2, failed=1), 3)[2], tg.EXIT_BAD_TASK)
+        self.assertEqual(tally(rows(submitted=2, rejected=1), 3)[2], tg.EXIT_BAD_TASK)
+        self.assertEqual(tally(rows(submitted=1, failed=1, stopped=1), 3)[2], tg.EXIT_STOP)
+
+    def test_not_done_while_short_or_a_row_is_in_progress(self):
+        self.assertIsNone(tally(rows(submitted=2), 3)[2])
+        self.assertIsNone(tally(rows(submitted=3, in_progress=1), 3)[2])
+
+    def test_more_ended_than_expected_is_an_error(self):
+        self.assertEqual(tally(rows(submitted=4), 3)[2], tg.EXIT_BAD_TASK)
+
+    def test_times_out_with_4(self):
+        clock = iter(range(0, 1000, 5))
+        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": [
+            {"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]}})()
+        result = tg.wait("t", "b", expect=1, timeout_s=10, dynamodb=dynamodb, sleep=lambda s: None,
+                         now=lambda: next(clock))
+        self.assertEqual((result.end, result.exit_code, result.counts), ("timeout", 4, {"in_progress": 1}))
+
+
+if __name__ == "__main__":
+    unittest.main()

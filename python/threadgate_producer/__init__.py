@@ -1,0 +1,31 @@
+"""threadgate_producer: send records to a threadgate deployment under a batch, wait for the
+batch by the rules of `threadgate wait`, and read its outcomes. Needs only boto3.
+
+    import threadgate_producer as tg
+    out = tg.stack_outputs("Threadgate")
+    sent = tg.send(out["QueueUrl"], records, batch_id="nightly-1")
+    done = tg.wait(out["TableName"], "nightly-1", expect=len(sent.keys))
+"""
+
+from .outcomes import (
+    EXIT_BAD_TASK,
+    EXIT_OK,
+    EXIT_STOP,
+    EXIT_TRANSIENT,
+    WaitResult,
+    batch_outcomes,
+    key_outcomes,
+    stack_outputs,
+    wait,
+)
+from .schema import SCHEMA, validate
+from .send import Refusal, SendResult, send
+
+#: The version of the threadgate release this package belongs to (the npm package's version).
+__version__ = "0.1.0"
+
+__all__ = [
+    "EXIT_BAD_TASK", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "Refusal", "SCHEMA", "SendResult",
+    "WaitResult", "batch_outcomes", "key_outcomes", "send", "stack_outputs", "validate", "wait",
+    "__version__",
+]

@@ -1,0 +1,152 @@
+"""Reading outcomes back (by batch, by keys) and waiting for a batch by the rules of `threadgate wait`."""
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+#: The outcomes table's index on batch_id + updated_at (every attribute projected).
+BATCH_INDEX = "batch_id-updated_at"
+#: Statuses after which a record is done: final rows, and `stopped` (its message is in the DLQ).
+ENDED = ("submitted", "failed", "rejected", "stopped")
+#: `threadgate wait`'s exit codes.
+EXIT_OK, EXIT_BAD_TASK, EXIT_STOP, EXIT_TRANSIENT = 0, 2, 3, 4
+
+
+def _client(name, client):
+    if client is not None:
+        return client
+    import boto3
+
+    return boto3.client(name)
+
+
+def _plain(item):
+    from boto3.dynamodb.types import TypeDeserializer
+
+    deserialize = TypeDeserializer().deserialize
+    row = {k: deserialize(v) for k, v in item.items()}
+    # Numbers come back as Decimal; outcome numbers are whole.
+    return {k: int(v) if hasattr(v, "is_integer") and v == int(v) else v for k, v in row.items()}
+
+
+def stack_outputs(stack_name: str = "Threadgate", *, cloudformation=None) -> Dict[str, str]:
+    """The stack's CloudFormation outputs (QueueUrl, TableName, OutcomesQueueUrl, ...)."""
+    stack = _client("cloudformation", cloudformation).describe_stacks(StackName=stack_name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def batch_outcomes(table_name: str, batch_id: str, *, dynamodb=None) -> List[dict]:
+    """Every outcome row of one batch: a Query on the batch index (no scan). Never a token."""
+    client = _client("dynamodb", dynamodb)
+    rows, start = [], None
+    while True:
+        kwargs = {
+            "TableName": table_name,
+            "IndexName": BATCH_INDEX,
+            "KeyConditionExpression": "batch_id = :b",
+            "ExpressionAttributeValues": {":b": {"S": batch_id}},
+        }
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        page = client.query(**kwargs)
+        rows.extend(_plain(item) for item in page.get("Items", []))
+        start = page.get("LastEvaluatedKey")
+        if not start:
+            return rows
+
+
+def key_outcomes(table_name: str, record_keys, *, dynamodb=None, sleep=time.sleep) -> Dict[str, dict]:
+    """The outcome rows of these keys (BatchGetItem, 100 keys a call); keys without a row are absent."""
+    client = _client("dynamodb", dynamodb)
+    rows, keys = {}, list(dict.fromkeys(record_keys))
+    for start in range(0, len(keys), 100):
+        request = {table_name: {"Keys": [{"record_key": {"S": k}} for k in keys[start:start + 100]]}}
+        for attempt in range(8):
+            page = client.batch_get_item(RequestItems=request)
+            for item in page.get("Responses", {}).get(table_name, []):
+                row = _plain(item)
+                rows[row["record_key"]] = row
+            request = page.get("UnprocessedKeys") or {}
+            if not request:
+                break
+            sleep(0.05 * 2 ** attempt)
+        if request:
+            raise RuntimeError(f"DynamoDB left {len(request[table_name]['Keys'])} keys unprocessed after 8 attempts")
+    return rows
+
+
+@dataclass
+class WaitResult:
+    """How a wait ended; `exit_code` is the one `threadgate wait --batch` would give."""
+
+    batch_id: str
+    expected: int
+    ended: int
+    #: Rows by status (submitted, failed, rejected, stopped, in_progress).
+    counts: Dict[str, int]
+    #: done, paused or timeout.
+    end: str
+    exit_code: int
+    message: str
+    rows: List[dict] = field(default_factory=list, repr=False)
+
+
+def tally(rows, expected):
+    """Counts by status, records ended and the exit code once done (None while not done)."""
+    counts: Dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    ended = sum(counts.get(s, 0) for s in ENDED)
+    if ended < expected or counts.get("in_progress", 0) > 0:
+        return counts, ended, None
+    if ended > expected:
+        return counts, ended, EXIT_BAD_TASK
+    if counts.get("stopped", 0):
+        return counts, ended, EXIT_STOP
+    if counts.get("failed", 0) + counts.get("rejected", 0):
+        return counts, ended, EXIT_BAD_TASK
+    return counts, ended, EXIT_OK
+
+
+def _paused(ssm, parameter):
+    if parameter is None:
+        return None
+    state = json.loads(_client("ssm", ssm).get_parameter(Name=parameter)["Parameter"]["Value"])
+    return state if state.get("paused") else None
+
+
+def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600, dynamodb=None,
+         interval_s: float = 2, state_parameter: Optional[str] = None, ssm=None,
+         sleep=time.sleep, now=time.monotonic) -> WaitResult:
+    """Polls the batch's rows until it is done, the pipeline is paused, or `timeout_s` passes.
+
+    Done, as for `threadgate wait`: `expect` records ended (submitted, failed, rejected or
+    stopped) and none is in progress; exit code 3 if one was stopped (the pipeline paused on a
+    stop-class error), 2 if one failed or was rejected, or if more records ended than expected,
+    else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
+    pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
+    message reached the DLQ without a row; this function reads only the table, so such a record
+    makes it time out.
+    """
+    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 1:
+        raise ValueError(f"expect must be a positive whole number, got {expect!r}")
+    started = now()
+    while True:
+        rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
+        counts, ended, code = tally(rows, expect)
+
+        def result(end, exit_code, message):
+            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows)
+
+        if code is not None:
+            extra = f" ({ended} ended, more than the {expect} expected)" if ended > expect else ""
+            return result("done", code, f"batch {batch_id}: all {expect} records ended{extra}")
+        paused = _paused(ssm, state_parameter)
+        if paused:
+            return result("paused", EXIT_STOP, f"batch {batch_id}: {expect - ended} of {expect} records have not "
+                          f"ended and the pipeline is paused: {paused.get('reason', 'no reason recorded')}")
+        if now() - started >= timeout_s:
+            return result("timeout", EXIT_TRANSIENT,
+                          f"batch {batch_id}: timed out after {timeout_s:g} s with {max(0, expect - ended)} of {expect} records not ended")
+        sleep(interval_s)

@@ -1,0 +1,107 @@
+"""Sending records to the jobs queue: validated first, then in batches of 10, failed entries retried."""
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from .schema import validate
+
+BATCH_ENTRIES = 10
+#: SQS's limit on one SendMessageBatch request (the sum of its bodies), as `threadgate enqueue` uses it.
+BATCH_BYTES = 262_144
+#: Attempts for entries SQS failed on its side (SenderFault false), with doubling waits.
+ATTEMPTS = 6
+
+
+@dataclass
+class Refusal:
+    """A record that was not sent, with why: the schema's reasons, or SQS's for a sender fault."""
+
+    index: int
+    record_key: Optional[str]
+    reasons: List[str]
+
+
+@dataclass
+class SendResult:
+    #: Messages SQS accepted.
+    sent: int = 0
+    #: Records not sent: refused by the schema before sending, or by SQS as the sender's fault.
+    refused: List[Refusal] = field(default_factory=list)
+    #: The distinct record keys sent (what `wait(..., expect=len(result.keys))` waits for).
+    keys: List[str] = field(default_factory=list)
+
+
+def _client(sqs):
+    if sqs is not None:
+        return sqs
+    import boto3
+
+    return boto3.client("sqs")
+
+
+def _batches(entries):
+    """Groups (index, key, body) entries into requests of at most 10 entries and BATCH_BYTES."""
+    batch, size = [], 0
+    for entry in entries:
+        length = len(entry[2].encode("utf-8"))
+        if batch and (len(batch) == BATCH_ENTRIES or size + length > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(entry)
+        size += length
+    if batch:
+        yield batch
+
+
+def send(queue_url: str, records, *, batch_id: Optional[str] = None, sqs=None,
+         sleep=time.sleep) -> SendResult:
+    """Validates each record (a dict) against the job schema and sends the valid ones.
+
+    `batch_id`, when given, is set on every record (a record that names another batch is
+    refused). Entries SQS fails on its side are retried with doubling waits; after the last
+    attempt the rest raise RuntimeError (nothing is dropped silently). Sending a record
+    twice is safe: the worker solves and submits each record_key once.
+    """
+    client = _client(sqs)
+    result = SendResult()
+    valid = []
+    for index, record in enumerate(records):
+        key = record.get("record_key") if isinstance(record, dict) else None
+        key = key if isinstance(key, str) else None
+        if isinstance(record, dict) and batch_id is not None:
+            if record.get("batch_id", batch_id) != batch_id:
+                result.refused.append(Refusal(index, key, [f"batch_id: is {record['batch_id']!r}, not the batch being sent ({batch_id!r})"]))
+                continue
+            record = {**record, "batch_id": batch_id}
+        reasons = validate(record)
+        if reasons:
+            result.refused.append(Refusal(index, key, reasons))
+            continue
+        valid.append((index, key, json.dumps(record, separators=(",", ":"))))
+
+    keys = {}
+    for batch in _batches(valid):
+        pending = {str(index): (index, key, body) for index, key, body in batch}
+        for attempt in range(ATTEMPTS):
+            entries = [{"Id": id_, "MessageBody": body} for id_, (_, _, body) in pending.items()]
+            response = client.send_message_batch(QueueUrl=queue_url, Entries=entries)
+            for ok in response.get("Successful", []):
+                index, key, _ = pending.pop(ok["Id"])
+                result.sent += 1
+                keys[key] = True
+            for failed in response.get("Failed", []):
+                if failed.get("SenderFault"):
+                    index, key, _ = pending.pop(failed["Id"])
+                    result.refused.append(Refusal(index, key, [f"SQS: {failed.get('Code')}: {failed.get('Message', '')}".rstrip(": ")]))
+            if not pending:
+                break
+            if attempt < ATTEMPTS - 1:
+                sleep(0.2 * 2 ** attempt)
+        if pending:
+            raise RuntimeError(f"{len(pending)} entries still failing on SQS's side after {ATTEMPTS} attempts "
+                               f"({result.sent} sent so far); sending again is safe")
+    result.keys = list(keys)
+    return result
+
