@@ -130,6 +130,28 @@ export function worstCaseAttemptMs(targetTimeoutMs: number, cooldownMs: number, 
 
 /** Reads and validates every setting; throws ConfigError naming the first bad one. */
 export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig {
+  const stackName = readStackName(input);
+  const caps = readCaps(input);
+  const endpoints = readEndpoints(input);
+  const timings = readTimings(input);
+  const workerTimeoutSeconds = readWorkerTimeout(input, timings);
+  const redelivery = readRedelivery(input, workerTimeoutSeconds);
+  const monitoring = readMonitoring(input);
+  return {
+    stackName,
+    reserve: caps.reserve,
+    initialCap: caps.initialCap,
+    minCap: caps.minCap,
+    maxCap: caps.maxCap,
+    ...endpoints,
+    ...timings,
+    workerTimeoutSeconds,
+    ...redelivery,
+    ...monitoring,
+  };
+}
+
+function readStackName(input: ThreadgateSettings): string {
   const stackName = readString(input, 'stackName', DEFAULTS.stackName);
   // Function names are `${stackName}-cap-adjuster` (<= 64 chars) and the stack name must be a valid CFN name.
   if (!/^[A-Za-z][A-Za-z0-9-]{0,49}$/.test(stackName)) {
@@ -138,6 +160,13 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
       `must start with a letter and contain only letters, digits and hyphens (at most 50 characters), got "${stackName}"`,
     );
   }
+  return stackName;
+}
+
+/** The reserve and the cap's bounds and starting value. */
+function readCaps(
+  input: ThreadgateSettings,
+): Pick<ThreadgateConfig, 'reserve' | 'minCap' | 'maxCap' | 'initialCap'> {
   const reserve = readInteger(input, 'reserve', DEFAULTS.reserve, { min: 0, max: 10_000 });
   const minCap = readInteger(input, 'minCap', DEFAULTS.minCap, { min: 1, max: 1000 });
   const maxCap = readInteger(input, 'maxCap', DEFAULTS.maxCap, { min: 1, max: 1000 });
@@ -157,7 +186,13 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
       `must be between minCap (${minCap}) and maxCap (${maxCap}), got ${initialCap}`,
     );
   }
+  return { reserve, minCap, maxCap, initialCap };
+}
 
+/** Where the worker may go: the target allowlist, CaptchaAI's URL and the key's secret. */
+function readEndpoints(
+  input: ThreadgateSettings,
+): Pick<ThreadgateConfig, 'allowedHosts' | 'captchaaiUrl' | 'secretName'> {
   const allowedHosts = readList(input, 'allowedHosts');
   // The worker's own parser: synth accepts exactly the entries the worker will start with.
   parseAllowlist(allowedHosts, 'allowedHosts');
@@ -180,7 +215,16 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
       `must be 1-512 characters of letters, digits and /_+=.@- (a secret name, not an ARN), got "${secretName}"`,
     );
   }
+  return { allowedHosts, captchaaiUrl, secretName };
+}
 
+type Timings = Pick<
+  ThreadgateConfig,
+  'timeScale' | 'targetTimeoutMs' | 'cooldownMs' | 'pollIntervalMs' | 'firstPollMs' | 'pollBudget'
+>;
+
+/** The time scale, the target's timeout, the cool-down and the polling schedule. */
+function readTimings(input: ThreadgateSettings): Timings {
   const timeScale = readNumber(input, 'timeScale', DEFAULTS.timeScale, { min: 0.0001, max: 10 });
   const targetTimeoutMs = readInteger(input, 'targetTimeoutMs', DEFAULTS.targetTimeoutMs, {
     min: 100,
@@ -194,8 +238,13 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   const firstPollMs = readPerType(input, 'firstPollMs', DEFAULTS.firstPollMs, { min: 0, max: 120_000 });
   // Above 19 a key risks the block 2captcha-compatible services apply at about 20 polls per task.
   const pollBudget = readInteger(input, 'pollBudget', DEFAULTS.pollBudget, { min: 2, max: 19 });
+  return { timeScale, targetTimeoutMs, cooldownMs, pollIntervalMs, firstPollMs, pollBudget };
+}
 
-  const neededSeconds = Math.ceil(worstCaseAttemptMs(targetTimeoutMs, cooldownMs, timeScale) / 1000);
+/** The worker's timeout: it covers the worst-case attempt, within Lambda's and SQS's limits. */
+function readWorkerTimeout(input: ThreadgateSettings, t: Timings): number {
+  const { timeScale } = t;
+  const neededSeconds = Math.ceil(worstCaseAttemptMs(t.targetTimeoutMs, t.cooldownMs, timeScale) / 1000);
   const workerTimeoutSeconds = readInteger(
     input,
     'workerTimeoutSeconds',
@@ -220,7 +269,14 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
       `${VISIBILITY_TIMEOUT_FACTOR} × ${workerTimeoutSeconds} s exceeds SQS's visibility timeout limit of ${SQS_MAX_VISIBILITY_SECONDS} s`,
     );
   }
+  return workerTimeoutSeconds;
+}
 
+/** How often a message is received before redrive, and how long a claim lasts. */
+function readRedelivery(
+  input: ThreadgateSettings,
+  workerTimeoutSeconds: number,
+): Pick<ThreadgateConfig, 'maxReceiveCount' | 'transientReceiveLimit' | 'leaseSeconds'> {
   const maxReceiveCount = readInteger(input, 'maxReceiveCount', DEFAULTS.maxReceiveCount, {
     min: 5,
     max: 1000,
@@ -247,7 +303,16 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
       `must exceed workerTimeoutSeconds (${workerTimeoutSeconds}) so no claim expires while its invocation runs, got ${leaseSeconds}`,
     );
   }
+  return { maxReceiveCount, transientReceiveLimit, leaseSeconds };
+}
 
+/** Alarms, log retention and the outcome stream. */
+function readMonitoring(
+  input: ThreadgateSettings,
+): Pick<
+  ThreadgateConfig,
+  'oldestMessageAlarmSeconds' | 'logRetentionDays' | 'alarmTopicArn' | 'outcomeStream'
+> {
   const oldestMessageAlarmSeconds = readInteger(
     input,
     'oldestMessageAlarmSeconds',
@@ -265,26 +330,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   if (topic !== undefined && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$/.test(topic)) {
     throw new ConfigError('alarmTopicArn', `must be an SNS topic ARN, got "${topic}"`);
   }
-
   return {
-    stackName,
-    reserve,
-    initialCap,
-    minCap,
-    maxCap,
-    allowedHosts,
-    captchaaiUrl,
-    secretName,
-    timeScale,
-    targetTimeoutMs,
-    cooldownMs,
-    pollIntervalMs,
-    firstPollMs,
-    pollBudget,
-    workerTimeoutSeconds,
-    maxReceiveCount,
-    transientReceiveLimit,
-    leaseSeconds,
     oldestMessageAlarmSeconds,
     logRetentionDays,
     alarmTopicArn: topic,
