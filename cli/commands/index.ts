@@ -23,6 +23,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   secret: async () => (await import('./secret.js')).registerSecret,
   bench: async () => (await import('./bench.js')).registerBench,
   load: async () => (await import('./load.js')).registerLoad,
+  chaos: async () => (await import('./chaos.js')).registerChaos,
   local: async () => (await import('./local.js')).registerLocal,
 };
 

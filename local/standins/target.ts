@@ -61,9 +61,12 @@ export interface TargetFaults {
   dropAfterPost?: FaultSchedule | null;
 }
 
-/** One entry of the target's event log: a page load or a POST, for one record. */
+/**
+ * One entry of the target's event log, for one record: a page load, a POST as it arrives
+ * (`post-received`, before the stand-in's delay) and the same POST once answered (`post`).
+ */
 export interface TargetEvent {
-  kind: 'page' | 'post';
+  kind: 'page' | 'post-received' | 'post';
   /** The `record` form field, or the path's last segment (forms live at /form/<record key>). */
   record: string;
   /** HTTP status answered; 0 when the connection was dropped instead. */
@@ -228,6 +231,8 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
       return;
     }
     const isPost = req.method === 'POST';
+    // The moment a POST arrives, before any delay: a crash from here on may leave the form taken.
+    if (isPost) events.push({ kind: 'post-received', record: recordOf(url), status: 0 });
     const delayMs = isPost ? postDelayMs : req.method === 'GET' ? pageDelayMs : 0;
     if (delayMs > 0) await sleep(delayMs);
     if (control === (isPost ? 'slow-post' : 'slow-page')) await sleep(Number(arg) || 0);

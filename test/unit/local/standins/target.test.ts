@@ -162,8 +162,10 @@ describe('target stand-in faults and event log', () => {
     const { entries } = (await res.json()) as ReturnType<TargetStandin['events']>;
     expect(entries.map((e) => [e.kind, e.record, e.status, e.idempotencyKey])).toEqual([
       ['page', 'not-this', 200, undefined],
+      ['post-received', 'not-this', 0, undefined],
       ['post', 'not-this', 200, '"not-this"'],
       ['page', 'only-this', 200, undefined],
+      ['post-received', 'only-this', 0, undefined],
       ['post', 'only-this', 0, '"only-this"'],
     ]);
   });

@@ -1,0 +1,169 @@
+import type { LoggedCaptchaEvent } from '../standins/captchaai/wire.js';
+import type { Logged } from '../standins/event-log.js';
+import type { TargetEvent } from '../standins/target.js';
+
+/**
+ * The chaos run's checker: the invariants of threadgate's two promises (the cap, one solve and
+ * one POST per record) and "nothing lost", judged from the stand-ins' own logs of the wire and
+ * what the emulator holds afterwards, never from the code under test. Pure, so it is unit-tested
+ * on hand-made logs; local/chaos/run.ts feeds it a real run's.
+ */
+export interface ChaosEvidence {
+  /** The records sent (each possibly more than once). */
+  keys: string[];
+  cap: number;
+  /** The client's deadline per task and the cool-down after it, real ms (time-scaled). */
+  deadlineMs: number;
+  cooldownMs: number;
+  /** The CaptchaAI stand-in's wire log (local/standins/captchaai/wire-log.ts). */
+  captcha: LoggedCaptchaEvent[];
+  /** The target stand-in's event log. */
+  target: Logged<TargetEvent>[];
+  /** Outcome rows' status and reason by record key. */
+  rows: Map<string, { status: string; reason?: string }>;
+  /** Record keys of the DLQ's messages. */
+  dlqKeys: string[];
+  /** Messages left in the jobs queue (visible + in flight). */
+  queueLeft: number;
+  /** Every log file of the run, concatenated. */
+  logText: string;
+  /** Strings that must appear in no log: the API key and every token the target received. */
+  secrets: string[];
+}
+
+export interface ChaosFigures {
+  records: number;
+  /** Most tasks holding threads at once, as the stand-in counted after each change. */
+  maxThreadsHeld: number;
+  cap: number;
+  inPhpTotal: number;
+  /** Records by their number of in.php calls: {"1": 990, "2": 10}. */
+  inPhpPerRecord: Record<string, number>;
+  /** Records by their number of form POSTs that reached the target. */
+  postsPerRecord: Record<string, number>;
+  outcomes: Record<string, number>;
+  /** failed rows by reason. */
+  failedReasons: Record<string, number>;
+  dlq: number;
+  queueLeft: number;
+  /** Lost in.php answers by kind, and POSTs whose answer the target dropped. */
+  lostAnswers: Record<string, number>;
+}
+
+export interface ChaosVerdict {
+  figures: ChaosFigures;
+  /** One line per broken invariant, naming the records and what the stand-ins counted. */
+  violations: string[];
+}
+
+const FINAL = new Set(['submitted', 'failed', 'rejected']);
+
+function histogram(counts: Map<string, number>, keys: string[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const key of keys) {
+    const n = String(counts.get(key) ?? 0);
+    out[n] = (out[n] ?? 0) + 1;
+  }
+  return out;
+}
+
+function bump(map: Map<string, number>, key: string, by = 1): void {
+  map.set(key, (map.get(key) ?? 0) + by);
+}
+
+function few(keys: string[]): string {
+  return keys.length > 8 ? `${keys.slice(0, 8).join(', ')} … (${keys.length})` : keys.join(', ');
+}
+
+/**
+ * in.php per record, and the submits a record may not make: one while an earlier task of its own
+ * held a thread, or one before its previous task's deadline had passed (plus the cool-down when
+ * that task's answer was lost: the slot is held until such a task must be finished) unless that
+ * task ended UNSOLVABLE (the one fresh resubmission).
+ */
+function submits(evidence: ChaosEvidence) {
+  const inPhp = new Map<string, number>();
+  const live = new Map<string, Set<string>>();
+  const last = new Map<string, { taskId: string; t: number; lost: boolean; unsolvable: boolean }>();
+  const overlaps: string[] = [];
+  const early: string[] = [];
+  const lost: Record<string, number> = {};
+  for (const e of evidence.captcha) {
+    if (e.kind === 'in.php') {
+      bump(inPhp, e.record);
+      const before = last.get(e.record);
+      if (before && !before.unsolvable) {
+        const wait = evidence.deadlineMs + (before.lost ? evidence.cooldownMs : 0);
+        if (e.t - before.t < wait)
+          early.push(`${e.record} (${e.t - before.t} ms after task ${before.taskId}, ${wait} ms needed)`);
+      }
+      if (e.taskId === undefined) continue;
+      const mine = live.get(e.record) ?? new Set<string>();
+      if (mine.size > 0) overlaps.push(`${e.record} (task ${e.taskId} beside ${[...mine].join(', ')})`);
+      mine.add(e.taskId);
+      live.set(e.record, mine);
+      if (e.lost !== undefined) lost[e.lost] = (lost[e.lost] ?? 0) + 1;
+      last.set(e.record, { taskId: e.taskId, t: e.t, lost: e.lost !== undefined, unsolvable: false });
+    } else if (e.kind === 'task-end') {
+      live.get(e.record)?.delete(e.taskId);
+      const before = last.get(e.record);
+      if (before?.taskId === e.taskId && e.state === 'unsolvable') before.unsolvable = true;
+    }
+  }
+  return { inPhp, overlaps, early, lost };
+}
+
+export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
+  const { keys, cap } = evidence;
+  const violations: string[] = [];
+  const maxThreadsHeld = evidence.captcha.reduce((m, e) => Math.max(m, e.inFlight), 0);
+  if (maxThreadsHeld > cap)
+    violations.push(`tasks holding threads reached ${maxThreadsHeld}, above the cap of ${cap}`);
+
+  const { inPhp, overlaps, early, lost } = submits(evidence);
+  if (overlaps.length)
+    violations.push(`a record submitted while its earlier task held a thread: ${few(overlaps)}`);
+  if (early.length) violations.push(`a record submitted again before its task's deadline: ${few(early)}`);
+
+  const posts = new Map<string, number>();
+  for (const e of evidence.target) if (e.kind === 'post') bump(posts, e.record);
+  const lostPosts = evidence.target.filter((e) => e.kind === 'post' && e.reason === 'DROPPED_AFTER_POST');
+  if (lostPosts.length) lost.postDropped = lostPosts.length;
+  const twice = keys.filter((k) => (posts.get(k) ?? 0) > 1);
+  if (twice.length)
+    violations.push(`more than one form POST: ${few(twice.map((k) => `${k} ×${posts.get(k)}`))}`);
+
+  const outcomes: Record<string, number> = {};
+  const failedReasons: Record<string, number> = {};
+  const dlq = new Set(evidence.dlqKeys);
+  const unended: string[] = [];
+  for (const key of keys) {
+    const row = evidence.rows.get(key);
+    const status = row?.status ?? 'none';
+    outcomes[status] = (outcomes[status] ?? 0) + 1;
+    if (status === 'failed') failedReasons[row?.reason ?? '?'] = (failedReasons[row?.reason ?? '?'] ?? 0) + 1;
+    if (!FINAL.has(status) && !dlq.has(key)) unended.push(`${key} (${status})`);
+  }
+  if (unended.length) violations.push(`records that never ended: ${few(unended)}`);
+  if (evidence.dlqKeys.length) violations.push(`DLQ not empty: ${few(evidence.dlqKeys)}`);
+  if (evidence.queueLeft) violations.push(`jobs queue not empty: ${evidence.queueLeft} messages left`);
+  const leaked = evidence.secrets.filter((s) => s.length >= 8 && evidence.logText.includes(s));
+  if (leaked.length) violations.push(`${leaked.length} secret(s) (the key or a token) found in the logs`);
+
+  return {
+    figures: {
+      records: keys.length,
+      maxThreadsHeld,
+      cap,
+      inPhpTotal: [...inPhp.values()].reduce((a, b) => a + b, 0),
+      inPhpPerRecord: histogram(inPhp, keys),
+      postsPerRecord: histogram(posts, keys),
+      outcomes,
+      failedReasons,
+      dlq: evidence.dlqKeys.length,
+      queueLeft: evidence.queueLeft,
+      lostAnswers: lost,
+    },
+    violations,
+  };
+}

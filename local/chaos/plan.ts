@@ -1,0 +1,147 @@
+import type { AwsFaultRule } from '../emulator/fault-client.js';
+import type { ChaosFigures } from './check.js';
+
+/** The chaos run's settings, its fault draws and its report (pure; local/chaos/run.ts runs it). */
+
+/** Probabilities of each fault kind. */
+export interface ChaosRates {
+  /** Per in.php: the task is created, the answer is a 502 HTML page. */
+  lostHtml502: number;
+  /** Per in.php: the task is created, the connection is closed without an answer. */
+  lostDrop: number;
+  /** Per in.php: the task is created, the answer comes after the client's timeout. */
+  lostLate: number;
+  /** Per form POST: the target takes it, then drops the connection before answering. */
+  postDropped: number;
+  /** Per record: its final `submitted` write fails 1–6 times at the emulator, or (one in five) every time. */
+  finalWriteFails: number;
+  /** Per DynamoDB UpdateItem: ProvisionedThroughputExceededException (the SDK retries these). */
+  throttle: number;
+}
+
+export interface ChaosOptions {
+  records: number;
+  seed: number;
+  timeScale: number;
+  threads: number;
+  reserve: number;
+  rates: ChaosRates;
+  /** Mean seconds between two runtime kills (exponential); 0 = none. */
+  killMeanS: number;
+  maxKills: number;
+  /** The run's time bound after deploy, seconds. */
+  maxSeconds: number;
+  log: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+export const CHAOS_RATE_NAMES = [
+  'lostHtml502',
+  'lostDrop',
+  'lostLate',
+  'postDropped',
+  'finalWriteFails',
+  'throttle',
+] as const satisfies readonly (keyof ChaosRates)[];
+
+export const CHAOS_DEFAULTS = {
+  records: 200,
+  seed: 1,
+  timeScale: 0.01,
+  threads: 8,
+  reserve: 2,
+  rates: {
+    lostHtml502: 0.03,
+    lostDrop: 0.03,
+    lostLate: 0.03,
+    postDropped: 0.03,
+    finalWriteFails: 0.04,
+    throttle: 0.02,
+  } satisfies ChaosRates,
+  killMeanS: 40,
+  maxKills: 5,
+  maxSeconds: 900,
+} as const;
+
+/** What was drawn and injected, counted where it landed (stand-ins, emulator). */
+export interface FaultCounts {
+  lostHtml502: number;
+  lostDrop: number;
+  lostLate: number;
+  postDropped: number;
+  /** Final writes the emulator failed, over `finalWriteRules` records chosen. */
+  finalWriteFailed: number;
+  finalWriteRules: number;
+  throttled: number;
+  kills: number;
+}
+
+/** `name=rate,…` → rates over the defaults; an unknown name or a rate outside 0..1 is an error naming it. */
+export function parseRates(raw: string, base: ChaosRates = CHAOS_DEFAULTS.rates): ChaosRates {
+  const rates: ChaosRates = { ...base };
+  for (const part of raw.split(',').filter((p) => p.trim() !== '')) {
+    const [name, value] = part.split('=').map((s) => s.trim());
+    if (!(CHAOS_RATE_NAMES as readonly string[]).includes(name ?? ''))
+      throw new RangeError(`unknown fault "${name}" (one of ${CHAOS_RATE_NAMES.join(', ')})`);
+    const n = Number(value);
+    if (value === undefined || value === '' || !(n >= 0 && n <= 1))
+      throw new RangeError(`rate of ${name} must be within [0, 1], got ${value}`);
+    rates[name as keyof ChaosRates] = n;
+  }
+  return rates;
+}
+
+/**
+ * The emulator rules for the final-write fault: each record is chosen with `rate`; a chosen
+ * record's `submitted` write fails 1–6 times in a row (the SDK's own three attempts absorb up to
+ * two), or, for one in five, every time (the record must then end OUTCOME_UNKNOWN after its lease).
+ */
+export function finalWriteFaults(keys: string[], rate: number, random: () => number): AwsFaultRule[] {
+  const rules: AwsFaultRule[] = [];
+  for (const key of keys) {
+    if (!(rate > 0 && random() < rate)) continue;
+    const always = random() < 0.2;
+    rules.push({
+      operation: 'UpdateItem',
+      service: 'dynamodb',
+      key: { record_key: key },
+      contains: ['":status":{"S":"submitted"}'],
+      times: always ? 0 : 1 + Math.floor(random() * 6),
+      error: random() < 0.5 ? 'ProvisionedThroughputExceededException' : 'InternalServerError',
+    });
+  }
+  return rules;
+}
+
+function entries(r: Record<string, number>): string {
+  const list = Object.entries(r).sort(([a], [b]) => a.localeCompare(b, 'en', { numeric: true }));
+  return list.length ? list.map(([k, v]) => `${k}: ${v}`).join(', ') : 'none';
+}
+
+export function formatChaos(r: {
+  seed: number;
+  figures: ChaosFigures;
+  faults: FaultCounts;
+  violations: string[];
+  elapsedS: number;
+  logDir: string;
+}): string {
+  const f = r.figures;
+  const d = r.faults;
+  return [
+    `seed           ${r.seed}`,
+    `records        ${f.records}`,
+    `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
+    `threads held   at most ${f.maxThreadsHeld} (cap ${f.cap}), counted by the CaptchaAI stand-in`,
+    `in.php         ${f.inPhpTotal}; records by in.php count: ${entries(f.inPhpPerRecord)}`,
+    `form POSTs     records by POST count: ${entries(f.postsPerRecord)}`,
+    `outcomes       ${entries(f.outcomes)}; failed by reason: ${entries(f.failedReasons)}`,
+    `dlq / queue    ${f.dlq} / ${f.queueLeft}`,
+    `elapsed        ${r.elapsedS.toFixed(1)} s`,
+    `logs           ${r.logDir}`,
+    r.violations.length
+      ? `VIOLATIONS\n${r.violations.map((v) => `  - ${v}`).join('\n')}`
+      : 'no invariant broken',
+    '',
+  ].join('\n');
+}

@@ -1,0 +1,95 @@
+import { describe, expect, it } from 'vitest';
+import { type ChaosEvidence, checkChaos } from '../../../../local/chaos/check.js';
+import type { LoggedCaptchaEvent } from '../../../../local/standins/captchaai/wire.js';
+
+let seq = 0;
+function ev<T extends object>(e: T): T & { seq: number; t: number } {
+  seq += 1;
+  return { ...e, seq, t: seq };
+}
+
+function clean(): ChaosEvidence {
+  seq = 0;
+  return {
+    keys: ['a', 'b'],
+    cap: 2,
+    deadlineMs: 100,
+    cooldownMs: 50,
+    captcha: [
+      ev({ kind: 'in.php', record: 'a', taskId: '1', inFlight: 1 }),
+      ev({ kind: 'in.php', record: 'b', taskId: '2', inFlight: 2 }),
+      ev({ kind: 'task-end', record: 'a', taskId: '1', state: 'solved', inFlight: 1 }),
+      ev({ kind: 'task-end', record: 'b', taskId: '2', state: 'solved', inFlight: 0 }),
+    ] as LoggedCaptchaEvent[],
+    target: [ev({ kind: 'post', record: 'a', status: 200 }), ev({ kind: 'post', record: 'b', status: 200 })],
+    rows: new Map([
+      ['a', { status: 'submitted' }],
+      ['b', { status: 'submitted' }],
+    ]),
+    dlqKeys: [],
+    queueLeft: 0,
+    logText: 'nothing secret here',
+    secrets: ['the-api-key-0123456789'],
+  };
+}
+
+describe('chaos checker', () => {
+  it('passes a clean run and reports its figures', () => {
+    const { figures, violations } = checkChaos(clean());
+    expect(violations).toEqual([]);
+    expect(figures).toMatchObject({
+      records: 2,
+      maxThreadsHeld: 2,
+      inPhpTotal: 2,
+      inPhpPerRecord: { '1': 2 },
+      postsPerRecord: { '1': 2 },
+      outcomes: { submitted: 2 },
+    });
+  });
+
+  it('allows a second in.php after the deadline (plus the cool-down after a lost answer) or at once after UNSOLVABLE, not earlier', () => {
+    const e = clean();
+    e.captcha = [
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '1', lost: 'html502', inFlight: 1 }), t: 0 },
+      { ...ev({ kind: 'in.php', record: 'b', taskId: '2', inFlight: 2 }), t: 0 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '1', state: 'solved', inFlight: 1 }), t: 20 },
+      { ...ev({ kind: 'task-end', record: 'b', taskId: '2', state: 'unsolvable', inFlight: 0 }), t: 30 },
+      { ...ev({ kind: 'in.php', record: 'b', taskId: '4', inFlight: 1 }), t: 31 },
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '3', inFlight: 2 }), t: 150 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '3', state: 'solved', inFlight: 1 }), t: 160 },
+      { ...ev({ kind: 'task-end', record: 'b', taskId: '4', state: 'solved', inFlight: 0 }), t: 170 },
+    ] as LoggedCaptchaEvent[];
+    expect(checkChaos(e)).toMatchObject({
+      violations: [],
+      figures: { lostAnswers: { html502: 1 }, inPhpPerRecord: { '2': 2 } },
+    });
+    e.captcha.push({
+      ...ev({ kind: 'in.php', record: 'a', error: 'ERROR_ZERO_BALANCE', inFlight: 0 }),
+      t: 200,
+    });
+    expect(checkChaos(e).violations).toEqual([
+      "a record submitted again before its task's deadline: a (50 ms after task 3, 100 ms needed)",
+    ]);
+  });
+
+  it('names every broken invariant: the cap, overlapping tasks, two POSTs, unended records, DLQ, queue, a leaked secret', () => {
+    const e = clean();
+    e.captcha.splice(2, 0, ev({ kind: 'in.php', record: 'a', taskId: '9', inFlight: 3 }));
+    e.target.push(ev({ kind: 'post', record: 'a', status: 0, reason: 'DROPPED_AFTER_POST' }));
+    e.rows.set('b', { status: 'in_progress' });
+    e.dlqKeys = ['x'];
+    e.queueLeft = 2;
+    e.logText = 'oops the-api-key-0123456789';
+    const { violations } = checkChaos(e);
+    expect(violations).toEqual([
+      'tasks holding threads reached 3, above the cap of 2',
+      'a record submitted while its earlier task held a thread: a (task 9 beside 1)',
+      "a record submitted again before its task's deadline: a (6 ms after task 1, 100 ms needed)",
+      'more than one form POST: a ×2',
+      'records that never ended: b (in_progress)',
+      'DLQ not empty: x',
+      'jobs queue not empty: 2 messages left',
+      '1 secret(s) (the key or a token) found in the logs',
+    ]);
+  });
+});

@@ -1,0 +1,67 @@
+import seedrandom from 'seedrandom';
+import { describe, expect, it } from 'vitest';
+import { CHAOS_DEFAULTS, finalWriteFaults, formatChaos, parseRates } from '../../../../local/chaos/plan.js';
+
+describe('chaos plan', () => {
+  it('parses rates over the defaults and names a bad one', () => {
+    expect(parseRates('lostDrop=0.5, throttle=0')).toEqual({
+      ...CHAOS_DEFAULTS.rates,
+      lostDrop: 0.5,
+      throttle: 0,
+    });
+    expect(parseRates('')).toEqual(CHAOS_DEFAULTS.rates);
+    expect(() => parseRates('lost=0.1')).toThrow(/unknown fault "lost"/);
+    expect(() => parseRates('lostDrop=2')).toThrow(/rate of lostDrop must be within/);
+    expect(() => parseRates('lostDrop')).toThrow(/rate of lostDrop/);
+  });
+
+  it('draws final-write faults for a seeded share of the records, the same for the same seed', () => {
+    const keys = Array.from({ length: 1000 }, (_, i) => `k${i}`);
+    const rules = finalWriteFaults(keys, 0.1, seedrandom('s'));
+    expect(finalWriteFaults(keys, 0.1, seedrandom('s'))).toEqual(rules);
+    expect(rules.length).toBeGreaterThan(60);
+    expect(rules.length).toBeLessThan(140);
+    expect(rules.some((r) => r.times === 0)).toBe(true);
+    for (const r of rules) {
+      expect(r).toMatchObject({ operation: 'UpdateItem', contains: ['":status":{"S":"submitted"}'] });
+      expect(r.times).toBeLessThanOrEqual(6);
+    }
+    expect(finalWriteFaults(keys, 0, seedrandom('s'))).toEqual([]);
+  });
+
+  it('prints the figures and every violation', () => {
+    const text = formatChaos({
+      seed: 4,
+      figures: {
+        records: 2,
+        maxThreadsHeld: 2,
+        cap: 6,
+        inPhpTotal: 3,
+        inPhpPerRecord: { '1': 1, '2': 1 },
+        postsPerRecord: { '1': 2 },
+        outcomes: { submitted: 2 },
+        failedReasons: {},
+        dlq: 0,
+        queueLeft: 0,
+        lostAnswers: { html502: 1 },
+      },
+      faults: {
+        lostHtml502: 1,
+        lostDrop: 0,
+        lostLate: 0,
+        postDropped: 0,
+        finalWriteFailed: 0,
+        finalWriteRules: 0,
+        throttled: 0,
+        kills: 1,
+      },
+      violations: ['more than one form POST: a ×2'],
+      elapsedS: 3,
+      logDir: '/tmp/x',
+    });
+    expect(text).toContain('threads held   at most 2 (cap 6)');
+    expect(text).toContain('records by in.php count: 1: 1, 2: 1');
+    expect(text).toContain('runtime kills 1');
+    expect(text).toContain('VIOLATIONS\n  - more than one form POST: a ×2');
+  });
+});
