@@ -1,9 +1,10 @@
 import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import type { SendMessageBatchRequestEntry } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import { validateJobMessage } from '../../functions/records/job-schema.js';
+import { addToCountsFile } from '../batch-counts.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
 import {
@@ -51,8 +52,10 @@ export interface EnqueueSummary {
   rejected: Rejected[];
   failed: SendFailure[];
   repeated: Repeat[];
-  /** Distinct record keys sent per batch_id (checked, with --dry-run): what `threadgate wait --batch` expects. */
+  /** Distinct record keys sent per batch_id in this run (checked, with --dry-run). */
   batches: Record<string, number>;
+  /** With --counts: each batch's count in the file after this run (earlier parts added), what `threadgate wait --batch` expects. */
+  counted?: Record<string, number>;
   dryRun: boolean;
 }
 
@@ -116,15 +119,17 @@ export function registerEnqueue(program: Command): void {
         rejectsPath: options.rejects,
         dryRun: options.dryRun === true,
       });
-      if (options.counts !== undefined && !options.dryRun) await writeCounts(options.counts, summary.batches);
-      if (options.json) process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-      else process.stdout.write(`${describe(summary)}\n`);
+      const { keysOfBatch, ...result } = summary;
+      if (options.counts !== undefined && !options.dryRun)
+        result.counted = await addToCountsFile(options.counts, keysOfBatch);
+      if (options.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
+      else process.stdout.write(`${describe(result, options.counts)}\n`);
       if (summary.failed.length) process.exitCode = EXIT.transient;
       else if (summary.rejected.length) process.exitCode = EXIT.badTask;
     });
 }
 
-function describe(s: EnqueueSummary): string {
+function describe(s: EnqueueSummary, countsFile: string | undefined): string {
   const parts = [
     s.dryRun ? `${s.lines} lines checked (dry run, nothing sent)` : `sent ${s.sent} of ${s.lines} lines`,
   ];
@@ -134,31 +139,16 @@ function describe(s: EnqueueSummary): string {
     parts.push(`${s.repeated.length} repeated record_key${s.repeated.length === 1 ? '' : 's'}`);
   const lines = [parts.join('; ')];
   for (const [batch, n] of Object.entries(s.batches)) {
-    lines.push(
-      `batch ${batch}: ${n} record${n === 1 ? '' : 's'} ${s.dryRun ? 'to send' : 'sent'} (wait with --expect ${n})`,
-    );
+    const total = s.counted?.[batch];
+    const wait =
+      total === undefined
+        ? `wait with --expect ${n}`
+        : total === n
+          ? `wait with --counts ${countsFile}`
+          : `${total} in ${countsFile} with the earlier parts: wait with --counts ${countsFile}`;
+    lines.push(`batch ${batch}: ${n} record${n === 1 ? '' : 's'} ${s.dryRun ? 'to send' : 'sent'} (${wait})`);
   }
   return lines.join('\n');
-}
-
-/** Writes the per-batch counts into FILE, keeping the counts of other batches already there. */
-async function writeCounts(path: string, batches: Record<string, number>): Promise<void> {
-  let existing: Record<string, number> = {};
-  try {
-    const parsed = JSON.parse(await readFile(path, 'utf8')) as unknown;
-    if (parsed && typeof parsed === 'object' && !Array.isArray(parsed))
-      existing = parsed as Record<string, number>;
-  } catch {
-    // no file yet (or not ours to read): start a new one
-  }
-  try {
-    await writeFile(path, `${JSON.stringify({ ...existing, ...batches }, null, 2)}\n`);
-  } catch (err) {
-    throw new CliError(
-      `cannot write --counts ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-      EXIT.failure,
-    );
-  }
 }
 
 async function openInput(file: string): Promise<{ stream: NodeJS.ReadableStream; total?: number }> {
@@ -198,7 +188,7 @@ async function enqueue(
     rejectsPath: string | undefined;
     dryRun: boolean;
   },
-): Promise<EnqueueSummary> {
+): Promise<EnqueueSummary & { keysOfBatch: Map<string, Set<string>> }> {
   const input = await openInput(file);
   const rejectsFile = o.rejectsPath ? await openRejects(o.rejectsPath) : undefined;
   const progress = new Progress({ label: 'enqueue', unit: 'lines', total: input.total });
@@ -323,7 +313,7 @@ async function enqueue(
       { cause: fatal },
     );
   }
-  return summary;
+  return { ...summary, keysOfBatch };
 }
 
 async function openRejects(path: string): Promise<WriteStream> {

@@ -1,15 +1,10 @@
-import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  ChangeMessageVisibilityBatchCommand,
-  type Message,
-  ReceiveMessageCommand,
-} from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
 import type { PipelineState } from '../../functions/pipeline/control.js';
 import { ENDED_STATUSES } from '../../functions/records/fields.js';
-import { batchIdOf, validateJobMessage } from '../../functions/records/job-schema.js';
 import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js';
+import { readCountsFile } from '../batch-counts.js';
+import { type DlqHit, type DlqRead, dlqReader, NO_DLQ_MESSAGES } from '../dlq-read.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
@@ -27,15 +22,17 @@ import { queueCounts } from './status.js';
  * `threadgate wait`: polls until every record of a batch (or of a key file) has a final
  * outcome or its message is in the DLQ, then ends with an exit code a script can branch on.
  * `stopped` counts as ended (its message is in the DLQ, with the reason) and means the
- * pipeline paused. While records are pending it also ends early, and says why, when the
- * pipeline is paused (nothing will move until an operator resumes) or when nothing is left
+ * pipeline paused. It never ends "done" while a selected row is `in_progress`, and a batch
+ * that holds more records than expected is an error that says why (a reused batch_id, or a
+ * count that misses a part). While records are pending it also ends early, and says why, when
+ * the pipeline is paused (nothing will move until an operator resumes) or when nothing is left
  * to work on (jobs queue empty, nothing in flight) but records are still unaccounted for.
  */
 
 /** The order counts are shown in. */
 const SHOWN = ['submitted', 'failed', 'rejected', 'stopped', 'dlq', 'in_progress'] as const;
 
-export type WaitEnd = 'done' | 'paused' | 'missing' | 'timeout';
+export type WaitEnd = 'done' | 'paused' | 'missing' | 'too_many' | 'timeout';
 
 export interface WaitReport {
   selection: string;
@@ -43,9 +40,13 @@ export interface WaitReport {
   expected: number;
   /** Records that ended: a final row, a stopped row or a DLQ message. */
   ended: number;
+  /** Distinct records seen: every selected row, plus DLQ messages of the selection without a row. */
+  records: number;
   /** Rows by status, plus `dlq` for records whose message is in the DLQ without a final row. */
   counts: Record<string, number>;
   pending: number;
+  /** The DLQ's approximate message count and how many of them the last read saw (it hides none). */
+  dlq: { messages: number; read: number };
   end: WaitEnd;
   exit_code: number;
   message: string;
@@ -61,16 +62,12 @@ export interface WaitSnapshot {
   queueIdle: boolean;
 }
 
-/** A DLQ message that names a record (by its body's record_key or its attribute) or a batch. */
-export interface DlqHit {
-  recordKey?: string;
-  batchId?: string;
-}
+export type { DlqHit } from '../dlq-read.js';
 
 export interface WaitDeps {
   look(): Promise<WaitSnapshot>;
-  /** Peeks at the DLQ without taking anything out of it. */
-  dlq(): Promise<DlqHit[]>;
+  /** Reads the DLQ without taking anything out of it or hiding anything. */
+  dlq(): Promise<DlqRead>;
   now(): number;
   sleep(ms: number): Promise<void>;
   onProgress?(report: WaitReport): void;
@@ -85,13 +82,25 @@ export interface WaitOptions {
   timeoutMs?: number;
 }
 
+export interface Tally {
+  counts: Record<string, number>;
+  /** Records that ended (a final or stopped row, or a DLQ message without such a row). */
+  ended: number;
+  /** Expected records not ended yet: max(0, expected − ended). */
+  pending: number;
+  /** Distinct records seen (rows, and DLQ messages without a row). */
+  records: number;
+  /** Rows that have not ended (in_progress) and have no DLQ message. */
+  open: number;
+}
+
 /** Counts the selection's rows and DLQ hits; pure, so the exit-code rules are tested alone. */
 export function tally(
   selection: Selection,
   expected: number,
   rows: readonly OutcomeRow[],
   dlq: readonly DlqHit[],
-): { counts: Record<string, number>; ended: number; pending: number } {
+): Tally {
   const counts: Record<string, number> = {};
   const byKey = new Map(rows.map((r) => [r.record_key, r]));
   const ended = (row: OutcomeRow | undefined) =>
@@ -110,15 +119,24 @@ export function tally(
     } else if (selection.kind === 'batch' && hit.batchId === selection.batchId) unkeyed += 1;
   }
   let endedRows = 0;
+  let open = 0;
   for (const row of rows) {
     if (inDlq.has(row.record_key)) continue; // counted as dlq below
     counts[row.status] = (counts[row.status] ?? 0) + 1;
     if (ended(row)) endedRows += 1;
+    else open += 1;
   }
   const dlqCount = inDlq.size + unkeyed;
   if (dlqCount > 0) counts.dlq = dlqCount;
   const endedCount = endedRows + dlqCount;
-  return { counts, ended: endedCount, pending: Math.max(0, expected - endedCount) };
+  const withoutRow = [...inDlq].filter((key) => !byKey.has(key)).length;
+  return {
+    counts,
+    ended: endedCount,
+    pending: Math.max(0, expected - endedCount),
+    records: rows.length + unkeyed + withoutRow,
+    open,
+  };
 }
 
 /** Exit code once every record ended: 3 if one was stopped, 2 if one failed, was rejected or is in the DLQ. */
@@ -139,41 +157,78 @@ function pausedText(state: PipelineState): string {
   return `the pipeline is paused${who}${since}: ${state.reason ?? 'no reason recorded'}`;
 }
 
+/** A batch holds more records than expected: the count cannot become right by waiting longer. */
+function tooManyText(what: string, expected: number, t: Tally): string {
+  return (
+    `${what}: ${t.records} records carry this batch_id, more than the ${expected} expected ` +
+    `(${t.ended} ended, ${t.open} in_progress). Either the batch_id was used before (rows of an earlier ` +
+    'run carry it: use a new batch_id for each run) or the expected count misses a part (a batch sent ' +
+    'in several `threadgate enqueue` runs: `--counts FILE` adds the parts up; `--expect` needs the total). ' +
+    '`threadgate wait --keys FILE` waits for exactly the records of one job file.'
+  );
+}
+
+/** Nothing queued or in flight, and records still unaccounted for. */
+function missingText(what: string, o: WaitOptions, t: Tally, rows: number, dlq: DlqRead): string {
+  const batch = o.selection.kind === 'batch';
+  const unread =
+    dlq.read < dlq.messages
+      ? ` The DLQ holds ${dlq.messages} messages and ${dlq.read} of them could be read without hiding them ` +
+        '(the others are in flight at another reader, e.g. a redrive, or too many to read that way).'
+      : '';
+  if (rows === 0 && t.ended === 0) {
+    return `${what}: no such records — nothing in the outcomes table${batch ? ' under this batch_id' : ''}, nothing queued or in flight, nothing in the DLQ. Is the ${batch ? 'batch id' : 'key file'} right, and were the records sent?${unread}`;
+  }
+  const stuck =
+    t.open > 0
+      ? ` ${t.open} of them have a row still in_progress with no message left to finish it (the worker that held it ended and its message is gone).`
+      : '';
+  return `${what}: ${t.pending} of ${o.expected} records are not accounted for: no final outcome${
+    batch ? ' under this batch_id' : ''
+  }, nothing queued or in flight, not in the DLQ.${stuck}${
+    batch
+      ? ' A record sent before under another batch keeps its first batch; is the expected count right?'
+      : ''
+  }${unread}`;
+}
+
 /** Polls until the selection ends, the pipeline pauses, nothing is left to wait for, or the timeout. */
 export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<WaitReport> {
   const started = deps.now();
   const what = describeSelection(o.selection);
-  let dlq: DlqHit[] = [];
+  let dlq: DlqRead = NO_DLQ_MESSAGES;
   let idleLooks = 0;
   for (;;) {
     const look = await deps.look();
     idleLooks = look.queueIdle ? idleLooks + 1 : 0;
     // The DLQ is read only when the queue is idle: before that a missing record may still be on its way.
     if (idleLooks > 0) dlq = await deps.dlq();
-    const t = tally(o.selection, o.expected, look.rows, dlq);
+    const t = tally(o.selection, o.expected, look.rows, dlq.hits);
     const report = (end: WaitEnd, exitCode: number, message: string): WaitReport => ({
       selection: what,
       ...(o.selection.kind === 'batch' ? { batch_id: o.selection.batchId } : {}),
       expected: o.expected,
       ended: t.ended,
+      records: t.records,
       counts: t.counts,
       pending: t.pending,
+      dlq: { messages: dlq.messages, read: dlq.read },
       end,
       exit_code: exitCode,
       message,
       pipeline: look.pipeline,
       elapsed_s: Math.round((deps.now() - started) / 100) / 10,
     });
-    if (t.pending === 0) {
+    if (t.records > o.expected) return report('too_many', EXIT.badTask, tooManyText(what, o.expected, t));
+    if (t.pending === 0 && t.open === 0) {
       const code = doneExitCode(t.counts);
-      const extra = t.ended > o.expected ? ` (${t.ended} ended, more than the ${o.expected} expected)` : '';
       const tail =
         code === EXIT.stop
           ? `; ${pausedText(look.pipeline)}`
           : code === EXIT.badTask
             ? '; some records did not submit'
             : '';
-      return report('done', code, `${what}: all ${o.expected} records ended${extra}${tail}`);
+      return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
     }
     if (look.pipeline.paused) {
       return report(
@@ -185,19 +240,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
     }
     // Two idle looks in a row: the index is eventually consistent, so one more look settles it.
     if (idleLooks >= 2) {
-      const message =
-        look.rows.length === 0 && t.ended === 0
-          ? `${what}: no such records — nothing in the outcomes table${
-              o.selection.kind === 'batch' ? ' under this batch_id' : ''
-            }, nothing queued or in flight, nothing in the DLQ. Is the ${o.selection.kind === 'batch' ? 'batch id' : 'key file'} right, and were the records sent?`
-          : `${what}: ${t.pending} of ${o.expected} records are not accounted for: no final outcome${
-              o.selection.kind === 'batch' ? ' under this batch_id' : ''
-            }, nothing queued or in flight, not in the DLQ.${
-              o.selection.kind === 'batch'
-                ? ' A record sent before under another batch keeps its first batch; is the expected count right?'
-                : ''
-            }`;
-      return report('missing', EXIT.badTask, message);
+      return report('missing', EXIT.badTask, missingText(what, o, t, look.rows.length, dlq));
     }
     if (o.timeoutMs !== undefined && deps.now() - started >= o.timeoutMs) {
       return report(
@@ -234,7 +277,7 @@ export function registerWait(program: Command): void {
     .option('--expect <n>', 'records the batch holds (threadgate enqueue prints it)')
     .option(
       '--counts <file>',
-      'read the expected count from the file `threadgate enqueue --counts FILE` wrote',
+      'read the expected count from the file `threadgate enqueue --counts FILE` added the parts of the batch to',
     )
     .option('--timeout <seconds>', 'give up after this long (exit 4); default: no limit')
     .option('--interval <seconds>', 'seconds between looks', '2')
@@ -245,7 +288,9 @@ export function registerWait(program: Command): void {
         '  $ threadgate wait --batch nightly-1 --expect 5000 --timeout 3600 --json\n' +
         '  $ threadgate wait --keys jobs.jsonl\n' +
         'Exit codes: 0 all submitted; 2 some failed, were rejected or are in the DLQ, or records are missing\n' +
-        '(no such batch); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout.\n',
+        '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
+        'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout.\n' +
+        'Never "done" while a record it waits for is in_progress. The DLQ is read, never consumed or hidden.\n',
     )
     .action(async (options: WaitCliOptions) => {
       const selection = await selectionFrom(options);
@@ -277,7 +322,7 @@ export function registerWait(program: Command): void {
               ]);
               return { rows, pipeline, queueIdle };
             },
-            dlq: () => peekDlq(aws, dlqUrl),
+            dlq: dlqReader(aws, dlqUrl),
             now: Date.now,
             sleep: (ms) => sleep(ms),
             onProgress: (r) => {
@@ -343,88 +388,7 @@ async function expectedCount(selection: Selection, o: WaitCliOptions): Promise<n
   );
 }
 
-/** The `{batch_id: records}` file `threadgate enqueue --counts FILE` writes. */
-export async function readCountsFile(file: string): Promise<Record<string, number>> {
-  let text: string;
-  try {
-    text = await readFile(file, 'utf8');
-  } catch (err) {
-    throw new CliError(
-      `cannot read --counts ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
-      EXIT.usage,
-    );
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    throw new CliError(`--counts ${file} is not JSON`, EXIT.usage);
-  }
-  if (
-    parsed === null ||
-    typeof parsed !== 'object' ||
-    Array.isArray(parsed) ||
-    Object.values(parsed).some((v) => !Number.isInteger(v) || (v as number) < 0)
-  ) {
-    throw new CliError(`--counts ${file} must be a JSON object of batch_id → record count`, EXIT.usage);
-  }
-  return parsed as Record<string, number>;
-}
-
 async function isQueueIdle(aws: AwsContext, queueUrl: string): Promise<boolean> {
   const q = await queueCounts(aws, queueUrl);
   return q.visible + q.notVisible + q.delayed === 0;
-}
-
-/** At most this many DLQ messages are looked at per peek. */
-const DLQ_PEEK_LIMIT = 1_000;
-
-/**
- * Reads the DLQ's messages without consuming them: they stay hidden while the peek goes on
- * (so it sees each one once) and are made visible again at its end.
- */
-async function peekDlq(aws: AwsContext, dlqUrl: string): Promise<DlqHit[]> {
-  const seen = new Map<string, DlqHit>();
-  const handles: string[] = [];
-  try {
-    while (seen.size < DLQ_PEEK_LIMIT) {
-      const out = await aws.clients.sqs.send(
-        new ReceiveMessageCommand({
-          QueueUrl: dlqUrl,
-          MaxNumberOfMessages: 10,
-          VisibilityTimeout: 30,
-          WaitTimeSeconds: 0,
-          MessageAttributeNames: ['All'],
-        }),
-      );
-      const messages = out.Messages ?? [];
-      for (const m of messages) if (m.ReceiptHandle) handles.push(m.ReceiptHandle);
-      const fresh = messages.filter((m) => m.MessageId && !seen.has(m.MessageId));
-      if (fresh.length === 0) break;
-      for (const m of fresh) seen.set(m.MessageId!, dlqHitOf(m));
-    }
-  } finally {
-    for (let i = 0; i < handles.length; i += 10) {
-      await aws.clients.sqs
-        .send(
-          new ChangeMessageVisibilityBatchCommand({
-            QueueUrl: dlqUrl,
-            Entries: handles
-              .slice(i, i + 10)
-              .map((ReceiptHandle, j) => ({ Id: String(j), ReceiptHandle, VisibilityTimeout: 0 })),
-          }),
-        )
-        .catch(() => undefined); // they turn visible after 30 s anyway
-    }
-  }
-  return [...seen.values()];
-}
-
-function dlqHitOf(message: Message): DlqHit {
-  const body = message.Body ?? '';
-  const attribute = message.MessageAttributes?.record_key?.StringValue;
-  const verdict = validateJobMessage(body);
-  const batchId = batchIdOf(body);
-  const recordKey = verdict.ok ? verdict.job.record_key : (verdict.recordKey ?? attribute);
-  return { ...(recordKey !== undefined ? { recordKey } : {}), ...(batchId !== undefined ? { batchId } : {}) };
 }

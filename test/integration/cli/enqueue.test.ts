@@ -157,9 +157,37 @@ describe('threadgate enqueue', () => {
 
     // Assess
     expect(run.code).toBe(4);
-    expect(run.stdout).toContain('batch a: 2 records sent (wait with --expect 2)');
-    expect(run.stdout).toContain('batch b: 1 record sent (wait with --expect 1)');
-    expect(JSON.parse(await readFile(counts, 'utf8'))).toEqual({ earlier: 7, a: 2, b: 1 });
+    expect(run.stdout).toContain(`batch a: 2 records sent (wait with --counts ${counts})`);
+    // b's 99 came from elsewhere (no keys file behind it): this run's record is added to it.
+    expect(run.stdout).toContain(
+      `batch b: 1 record sent (100 in ${counts} with the earlier parts: wait with --counts ${counts})`,
+    );
+    expect(JSON.parse(await readFile(counts, 'utf8'))).toEqual({ earlier: 7, a: 2, b: 100 });
+  });
+
+  it('adds up a batch sent in parts, and a part sent again does not count twice', async () => {
+    // Prepare: batch p in two parts; the second repeats one key of the first
+    const inBatch = (n: number) => JSON.stringify({ ...JSON.parse(job(n)), batch_id: 'p' });
+    const first = [inBatch(1), inBatch(2)].join('\n');
+    const second = [inBatch(2), inBatch(3), inBatch(4)].join('\n');
+    const counts = join(dir, 'parts.json');
+    const enqueue = (stdin: string) =>
+      runCli(['enqueue', '-', '--counts', counts, '--json'], { env: cliEnv(stack.moto), stdin });
+
+    // Act
+    const one = await enqueue(first);
+    const two = await enqueue(second);
+    const again = await enqueue(first); // the first part once more, as after a run that failed half way
+
+    // Assess: 4 distinct records in the batch; each run's own count is what it sent
+    expect([one.code, two.code, again.code]).toEqual([0, 0, 0]);
+    expect(JSON.parse(one.stdout)).toMatchObject({ batches: { p: 2 }, counted: { p: 2 } });
+    expect(JSON.parse(two.stdout)).toMatchObject({ batches: { p: 3 }, counted: { p: 4 } });
+    expect(JSON.parse(again.stdout)).toMatchObject({ batches: { p: 2 }, counted: { p: 4 } });
+    expect(JSON.parse(await readFile(counts, 'utf8'))).toEqual({ p: 4 });
+    const keys = (await readFile(`${counts}.keys`, 'utf8')).trimEnd().split('\n');
+    expect(keys.map((l) => JSON.parse(l).record_key)).toEqual(['rec-1', 'rec-2', 'rec-3', 'rec-4']);
+    expect(await queueDepth()).toBe(7);
   });
 
   it('reports a line SQS refuses by its line number, still sends the rest of its batch, and exits 4', async () => {

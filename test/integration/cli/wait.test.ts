@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import {
   DeleteMessageCommand,
+  GetQueueAttributesCommand,
   ReceiveMessageCommand,
   SendMessageCommand,
   SQSClient,
@@ -12,6 +13,7 @@ import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DlqHit, doneExitCode, tally } from '../../../cli/commands/wait.js';
+import { type DlqReaderSqs, readDlq } from '../../../cli/dlq-read.js';
 import type { OutcomeRow } from '../../../functions/records/store.js';
 import { type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
 
@@ -74,6 +76,21 @@ async function setPaused(paused: boolean): Promise<void> {
       ),
     }),
   );
+}
+
+/** Empties the jobs queue (a message left there keeps later waits from seeing an idle queue). */
+async function drainJobsQueue(): Promise<void> {
+  for (;;) {
+    const got = await sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MaxNumberOfMessages: 10 }),
+    );
+    if (!got.Messages?.length) return;
+    for (const m of got.Messages) {
+      await sqs.send(
+        new DeleteMessageCommand({ QueueUrl: stack.outputs.QueueUrl, ReceiptHandle: m.ReceiptHandle }),
+      );
+    }
+  }
 }
 
 const wait = (args: string[]) => runCli(['wait', '--interval', '0.2', ...args], { env: cliEnv(stack.moto) });
@@ -154,14 +171,7 @@ describe('threadgate wait', () => {
       expect(run.code).toBe(4);
       expect(run.stdout).toContain('timed out after 1 s with 1 of 2 records not ended');
     } finally {
-      const got = await sqs.send(
-        new ReceiveMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MaxNumberOfMessages: 10 }),
-      );
-      for (const m of got.Messages ?? []) {
-        await sqs.send(
-          new DeleteMessageCommand({ QueueUrl: stack.outputs.QueueUrl, ReceiptHandle: m.ReceiptHandle }),
-        );
-      }
+      await drainJobsQueue();
     }
   });
 
@@ -204,6 +214,122 @@ describe('threadgate wait', () => {
     expect(readFileSync(counts, 'utf8')).toContain('from-file');
   });
 
+  it('ends with an error naming a reused batch_id when the batch holds more records than expected (exit 2)', async () => {
+    // Prepare: an earlier run left 3 submitted rows under the batch; this run's 3 records are under way
+    await putRows('reused', ['submitted', 'submitted', 'submitted'], 'reused-old');
+    await putRows('reused', ['submitted', 'in_progress', 'in_progress'], 'reused-new');
+    // Act
+    const run = await wait(['--batch', 'reused', '--expect', '3', '--json']);
+    // Assess: not "done" (4 ended ≥ 3 expected) but an error that says why
+    expect(run.code).toBe(2);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({ end: 'too_many', records: 6, ended: 4, expected: 3 });
+    expect(report.message).toContain('6 records carry this batch_id, more than the 3 expected');
+    expect(report.message).toContain('(4 ended, 2 in_progress)');
+    expect(report.message).toContain('the batch_id was used before');
+  });
+
+  it('never says done while a row of the batch is in_progress, even with as many ended as expected', async () => {
+    // Prepare: 2 expected and 2 submitted, and a third record of the batch still being worked on
+    await putRows('one-more', ['submitted', 'submitted', 'in_progress']);
+    await sqs.send(
+      new SendMessageCommand({
+        QueueUrl: stack.outputs.QueueUrl,
+        MessageBody: '{"record_key":"one-more-2"}',
+      }),
+    );
+    try {
+      // Act
+      const run = await wait(['--batch', 'one-more', '--expect', '2', '--json']);
+      // Assess
+      expect(run.code).toBe(2);
+      expect(JSON.parse(run.stdout)).toMatchObject({ end: 'too_many', ended: 2, records: 3 });
+      expect(JSON.parse(run.stdout).message).toContain('(2 ended, 1 in_progress)');
+    } finally {
+      await drainJobsQueue();
+    }
+  });
+
+  it('says a row is stuck in_progress when nothing is left to finish it (exit 2)', async () => {
+    await putRows('stuck', ['submitted', 'in_progress']);
+    const run = await wait(['--batch', 'stuck', '--expect', '2']);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toContain('1 of 2 records are not accounted for');
+    expect(run.stdout).toContain('1 of them have a row still in_progress with no message left to finish it');
+  });
+
+  it('waits for a batch sent in parts with the counts file enqueue --counts added up', async () => {
+    // Prepare: two enqueue runs of one batch into one counts file, then the worker's rows for all 3
+    const counts = join(dir, 'parts.json');
+    const job = (n: number) =>
+      JSON.stringify({
+        record_key: `parts-${n}`,
+        batch_id: 'parts',
+        sitekey: 'x',
+        pageurl: 'https://a.example/',
+        submit_url: 'https://a.example/',
+      });
+    const enqueue = (stdin: string) =>
+      runCli(['enqueue', '-', '--counts', counts], { env: cliEnv(stack.moto), stdin });
+    expect((await enqueue(`${job(0)}\n${job(1)}`)).code).toBe(0);
+    expect((await enqueue(job(2))).code).toBe(0);
+    await drainJobsQueue();
+    await putRows('parts', ['submitted', 'submitted', 'in_progress']);
+    // Act: with the third still in progress, then with it ended
+    const early = await wait(['--batch', 'parts', '--counts', counts, '--timeout', '1', '--json']);
+    await putRows('parts', ['submitted', 'submitted', 'submitted']);
+    const late = await wait(['--batch', 'parts', '--counts', counts, '--json']);
+    // Assess: 3 expected, not the 1 of the last part
+    expect(JSON.parse(readFileSync(counts, 'utf8'))).toEqual({ parts: 3 });
+    expect(early.code).not.toBe(0);
+    expect(JSON.parse(early.stdout)).toMatchObject({ expected: 3, ended: 2, pending: 1 });
+    expect(late.code).toBe(0);
+    expect(JSON.parse(late.stdout)).toMatchObject({ expected: 3, ended: 3, end: 'done' });
+  });
+
+  it('reads the DLQ without hiding a message from another reader at any time', async () => {
+    // Prepare: 3 messages in the DLQ (besides what earlier tests left there)
+    for (const key of ['seen-0', 'seen-1', 'seen-2']) {
+      await sqs.send(
+        new SendMessageCommand({
+          QueueUrl: stack.outputs.DlqUrl,
+          MessageBody: JSON.stringify({ record_key: key, batch_id: 'seen' }),
+        }),
+      );
+    }
+    // After each receive of the reader, look at the DLQ as a redrive beside it would: nothing
+    // more is hidden than before the read (an earlier test's receive still hides one message).
+    const hidden = async () => {
+      const a = await sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: stack.outputs.DlqUrl,
+          AttributeNames: ['ApproximateNumberOfMessagesNotVisible'],
+        }),
+      );
+      return Number(a.Attributes?.ApproximateNumberOfMessagesNotVisible);
+    };
+    const before = await hidden();
+    const hiddenAfterReceive: number[] = [];
+    const watched = {
+      send: async (command: Parameters<DlqReaderSqs['send']>[0]) => {
+        const out = await sqs.send(command as ReceiveMessageCommand);
+        if (command instanceof ReceiveMessageCommand) hiddenAfterReceive.push(await hidden());
+        return out;
+      },
+    };
+    // Act
+    const read = await readDlq(watched, stack.outputs.DlqUrl!);
+    // Assess
+    expect(read.hits.filter((h) => h.batchId === 'seen').map((h) => h.recordKey)).toEqual([
+      'seen-0',
+      'seen-1',
+      'seen-2',
+    ]);
+    expect(read.read).toBe(read.messages - before);
+    expect(hiddenAfterReceive.length).toBeGreaterThan(0);
+    expect(hiddenAfterReceive.every((n) => n === before)).toBe(true);
+  });
+
   it('refuses --batch without an expected count', async () => {
     const run = await wait(['--batch', 'x']);
     expect(run.code).toBe(2);
@@ -220,7 +346,13 @@ describe('wait tally', () => {
 
   it('counts stopped records as ended and a stopped record makes the exit code 3', () => {
     const t = tally(batch, 3, [row('a', 'submitted'), row('b', 'stopped'), row('c', 'failed')], []);
-    expect(t).toEqual({ counts: { submitted: 1, stopped: 1, failed: 1 }, ended: 3, pending: 0 });
+    expect(t).toEqual({
+      counts: { submitted: 1, stopped: 1, failed: 1 },
+      ended: 3,
+      pending: 0,
+      records: 3,
+      open: 0,
+    });
     expect(doneExitCode(t.counts)).toBe(3);
   });
 
@@ -232,6 +364,11 @@ describe('wait tally', () => {
       { batchId: 'other' },
     ];
     const t = tally(batch, 4, [row('a', 'submitted'), row('c', 'in_progress')], dlq);
-    expect(t).toEqual({ counts: { submitted: 1, dlq: 2 }, ended: 3, pending: 1 });
+    expect(t).toEqual({ counts: { submitted: 1, dlq: 2 }, ended: 3, pending: 1, records: 3, open: 0 });
+  });
+
+  it('counts a row in_progress as open, and a DLQ message without a row as a record', () => {
+    const t = tally(batch, 2, [row('a', 'in_progress')], [{ recordKey: 'z', batchId: 'b' }]);
+    expect(t).toEqual({ counts: { in_progress: 1, dlq: 1 }, ended: 1, pending: 1, records: 2, open: 1 });
   });
 });
