@@ -19,6 +19,6 @@ export const STACK_OUTPUT_KEYS = [
 export type StackOutputKey = (typeof STACK_OUTPUT_KEYS)[number];
 
 /** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`). */
-export const OPTIONAL_STACK_OUTPUT_KEYS = ['OutcomesQueueUrl'] as const;
+export const OPTIONAL_STACK_OUTPUT_KEYS = ['OutcomesQueueUrl', 'OutcomeFailuresQueueUrl'] as const;
 
 export type OptionalStackOutputKey = (typeof OPTIONAL_STACK_OUTPUT_KEYS)[number];

@@ -166,6 +166,7 @@ export class Threadgate extends Construct {
       adjuster: adjuster.fn,
       oldestMessageAlarmSeconds: config.oldestMessageAlarmSeconds,
       alarmTopicArn: config.alarmTopicArn,
+      outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
     this.parts = { queues, outcomes, pipelineState, worker, adjuster, monitoring, outcomeStream };
     this.jobsQueue = queues.queue;
@@ -318,6 +319,12 @@ export class Threadgate extends Construct {
       optional.OutcomesQueueUrl = {
         value: this.outcomesQueue.queueUrl,
         description: 'Outcomes queue: one message per final outcome (at-least-once; upsert on record_key)',
+      };
+    }
+    if (parts.outcomeStream) {
+      optional.OutcomeFailuresQueueUrl = {
+        value: parts.outcomeStream.failures.queueUrl,
+        description: 'Outcome stream records that could not be published (Lambda on-failure records)',
       };
     }
     for (const [key, output] of Object.entries({ ...outputs, ...optional })) {

@@ -20,6 +20,20 @@ export interface MonitoringProps {
   readonly oldestMessageAlarmSeconds: number;
   /** SNS topic the alarms notify. @default none */
   readonly alarmTopicArn?: string;
+  /** The outcome stream's publisher and failure queue (absent with `outcomeStream=false`). */
+  readonly outcomeStream?: {
+    readonly publisher: lambda.IFunction;
+    readonly failures: sqs.IQueue;
+    /** Alarm when the stream's oldest unpublished record is older than this. @default 300 */
+    readonly iteratorAgeAlarmSeconds?: number;
+  };
+}
+
+/** Alarms on the outcome stream: its publisher's lag and errors, and records it gave up on. */
+export interface OutcomeStreamAlarms {
+  readonly iteratorAge: cloudwatch.Alarm;
+  readonly publisherErrors: cloudwatch.Alarm;
+  readonly unpublished: cloudwatch.Alarm;
 }
 
 /**
@@ -32,6 +46,8 @@ export class Monitoring extends Construct {
   readonly pipelinePaused: cloudwatch.Alarm;
   readonly oldestMessageAge: cloudwatch.Alarm;
   readonly adjusterErrors: cloudwatch.Alarm;
+  /** Undefined without the outcome stream. */
+  readonly outcomeStream: OutcomeStreamAlarms | undefined;
   readonly dashboard: cloudwatch.Dashboard;
 
   constructor(scope: Construct, id: string, props: MonitoringProps) {
@@ -122,6 +138,10 @@ export class Monitoring extends Construct {
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
 
+    this.outcomeStream = props.outcomeStream
+      ? outcomeStreamAlarms(this, props.stackName, props.outcomeStream)
+      : undefined;
+
     if (props.alarmTopicArn) {
       const topic = sns.Topic.fromTopicArn(this, 'AlarmTopic', props.alarmTopicArn);
       for (const alarm of [
@@ -129,6 +149,7 @@ export class Monitoring extends Construct {
         this.pipelinePaused,
         this.oldestMessageAge,
         this.adjusterErrors,
+        ...(this.outcomeStream ? Object.values(this.outcomeStream) : []),
       ]) {
         alarm.addAlarmAction(new actions.SnsAction(topic));
       }
@@ -206,5 +227,69 @@ export class Monitoring extends Construct {
         ],
       }),
     );
+    if (props.outcomeStream) {
+      const { publisher, failures } = props.outcomeStream;
+      this.dashboard.addWidgets(
+        new cloudwatch.GraphWidget({
+          title: 'Outcome stream',
+          width: 12,
+          left: [
+            publisher.metricErrors({ period: minute }).with({ label: 'Publisher errors' }),
+            failures
+              .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: 'Maximum' })
+              .with({ label: 'Records not published (failure queue)' }),
+          ],
+          right: [iteratorAgeMetric(publisher).with({ label: 'Iterator age (ms)' })],
+        }),
+      );
+    }
   }
+}
+
+/** How far behind the stream the publisher is: the age of the newest record it was handed. */
+function iteratorAgeMetric(publisher: lambda.IFunction): cloudwatch.Metric {
+  return publisher.metric('IteratorAge', { period: Duration.minutes(1), statistic: 'Maximum' });
+}
+
+function outcomeStreamAlarms(
+  scope: Construct,
+  stackName: string,
+  o: NonNullable<MonitoringProps['outcomeStream']>,
+): OutcomeStreamAlarms {
+  const ageSeconds = o.iteratorAgeAlarmSeconds ?? 300;
+  const common = {
+    evaluationPeriods: 1,
+    comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+  };
+  return {
+    iteratorAge: new cloudwatch.Alarm(scope, 'OutcomeStreamIteratorAge', {
+      ...common,
+      alarmName: `${stackName}-outcome-stream-iterator-age`,
+      alarmDescription: `Outcomes wait over ${ageSeconds} s to be published: the publisher is failing and retrying a batch, or cannot keep up. Read the outcome publisher's log group.`,
+      metric: iteratorAgeMetric(o.publisher),
+      threshold: ageSeconds * 1000,
+      evaluationPeriods: 3,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+    }),
+    publisherErrors: new cloudwatch.Alarm(scope, 'OutcomePublisherErrors', {
+      ...common,
+      alarmName: `${stackName}-outcome-publisher-errors`,
+      alarmDescription:
+        "The outcome publisher failed (its batch is retried, split in two, and given up after the mapping's retries). Read the outcome publisher's log group.",
+      metric: o.publisher.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      threshold: 1,
+    }),
+    unpublished: new cloudwatch.Alarm(scope, 'OutcomesNotPublished', {
+      ...common,
+      alarmName: `${stackName}-outcomes-not-published`,
+      alarmDescription:
+        'Outcome stream records were given up on and are in the failure queue (stack output OutcomeFailuresQueueUrl): their outcomes are in the table but not on the outcomes queue. `threadgate status` counts them; docs/outcomes.md says how to publish them again.',
+      metric: o.failures.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(1),
+        statistic: 'Maximum',
+      }),
+      threshold: 1,
+    }),
+  };
 }

@@ -1,4 +1,4 @@
-import { Duration, RemovalPolicy } from 'aws-cdk-lib';
+import { Duration, RemovalPolicy, Validations } from 'aws-cdk-lib';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as sources from 'aws-cdk-lib/aws-lambda-event-sources';
@@ -13,7 +13,15 @@ export interface OutcomeStreamProps {
   readonly table: dynamodb.ITable;
   /** Stream records per invocation. @default 100 */
   readonly batchSize?: number;
+  /** Retries of a failed batch (after bisecting) before its records go to the failure queue. @default 10 */
+  readonly maxRetryAttempts?: number;
+  /** A record older than this is not retried: it goes to the failure queue. @default 1 hour */
+  readonly maxRecordAge?: Duration;
 }
+
+/** Defaults of the mapping's failure handling (docs/design.md "Outcome stream failures"). */
+export const OUTCOME_STREAM_RETRIES = 10;
+export const OUTCOME_STREAM_MAX_RECORD_AGE = Duration.hours(1);
 
 /** How long the outcomes queue keeps a message: the longest SQS allows. */
 export const OUTCOMES_RETENTION = Duration.days(14);
@@ -21,12 +29,18 @@ export const OUTCOMES_RETENTION = Duration.days(14);
 /**
  * The outcome stream: the outcomes table's DynamoDB stream → the publisher Lambda → the
  * outcomes queue, one message per final outcome (functions/outcome-publisher.ts). The mapping
- * starts at the stream's oldest record, reports partial batch failures and retries a failed
- * record until it succeeds or leaves the stream (24 h), so an outcome is published at least
- * once even when the worker that wrote it died right after the write.
+ * starts at the stream's oldest record and reports partial batch failures, so an outcome is
+ * published at least once even when the worker that wrote it died right after the write. A
+ * record the publisher cannot publish does not hold its shard: a failed batch is split in two
+ * and retried (bisect), each part at most `maxRetryAttempts` times, and a record older than
+ * `maxRecordAge` is not retried; what is given up goes to the failure queue as Lambda's
+ * on-failure record (the shard and the sequence numbers, not the data: the row stays in the
+ * table, where `threadgate outcomes` reads it), and the records behind it are published.
  */
 export class OutcomeStream extends Construct {
   readonly queue: sqs.Queue;
+  /** Lambda's on-failure records for stream records that could not be published. */
+  readonly failures: sqs.Queue;
   readonly fn: lambda.IFunction;
   readonly bundled: BundledFunction;
   readonly mapping: sources.DynamoEventSource;
@@ -37,6 +51,15 @@ export class OutcomeStream extends Construct {
     if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) {
       throw new Error(`batchSize: must be a whole number from 1 to 10000, got ${batchSize}`);
     }
+    const retries = props.maxRetryAttempts ?? OUTCOME_STREAM_RETRIES;
+    if (!Number.isInteger(retries) || retries < 0 || retries > 10_000) {
+      throw new Error(`maxRetryAttempts: must be a whole number from 0 to 10000, got ${retries}`);
+    }
+    const maxRecordAge = props.maxRecordAge ?? OUTCOME_STREAM_MAX_RECORD_AGE;
+    const ageSeconds = maxRecordAge.toSeconds();
+    if (ageSeconds < 60 || ageSeconds > 604_800) {
+      throw new Error(`maxRecordAge: must be from 60 seconds to 7 days, got ${ageSeconds} s`);
+    }
     if (!props.table.tableStreamArn) {
       throw new Error('table: the outcome stream needs a table with a DynamoDB stream (NEW_AND_OLD_IMAGES)');
     }
@@ -46,6 +69,18 @@ export class OutcomeStream extends Construct {
       enforceSSL: true,
       retentionPeriod: OUTCOMES_RETENTION,
       removalPolicy: RemovalPolicy.DESTROY,
+    });
+    this.failures = new sqs.Queue(this, 'Failures', {
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: OUTCOMES_RETENTION,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    // Acknowledged here, on the one queue it concerns (as infra/constructs/nag-acknowledgements.ts does for the others).
+    Validations.of(this.failures).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-SQS3',
+      reason:
+        "The outcome stream's failure queue is itself the dead-letter destination of the stream mapping (Lambda's on-failure records); a dead-letter queue behind it would have nothing to add.",
     });
 
     this.bundled = new BundledFunction(this, 'Publisher', {
@@ -68,6 +103,10 @@ export class OutcomeStream extends Construct {
       reportBatchItemFailures: true,
       // One batch per shard at a time keeps a record's outcomes in the order they were written.
       parallelizationFactor: 1,
+      bisectBatchOnError: true,
+      retryAttempts: retries,
+      maxRecordAge,
+      onFailure: new sources.SqsDlq(this.failures),
       enabled: true,
     });
     this.bundled.fn.addEventSource(this.mapping);

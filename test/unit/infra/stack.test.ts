@@ -178,8 +178,89 @@ describe('ThreadgateStack with default settings', () => {
     ]);
     expect(statements.filter((s) => s.Resource === '*').flatMap(actionsOf)).toEqual(['dynamodb:ListStreams']);
     expect(actions.some((a) => a === 'dynamodb:GetItem' || a.startsWith('secretsmanager:'))).toBe(false);
-    expect(statementsWith(statements, 'sqs:SendMessage')[0]!.Resource).toEqual({
-      'Fn::GetAtt': [queueUrl.Ref, 'Arn'],
+    // Sends go to its queue and to the failure queue (the mapping's on-failure destination) only.
+    const [, mapping] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: publisherId },
+    });
+    const failuresId = (
+      mapping.Properties.DestinationConfig as { OnFailure: { Destination: { 'Fn::GetAtt': [string] } } }
+    ).OnFailure.Destination['Fn::GetAtt'][0];
+    const sendTargets = statementsWith(statements, 'sqs:SendMessage').map(
+      (st) => (st.Resource as { 'Fn::GetAtt': [string] })['Fn::GetAtt'][0],
+    );
+    expect(sendTargets.sort()).toEqual([queueUrl.Ref, failuresId].sort());
+  });
+
+  it('bounds the outcome stream retries, bisects a failed batch, drops old records and sends what it gives up to an encrypted queue', () => {
+    // Prepare
+    const [publisherId] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-outcome-publisher',
+    });
+    const [, mapping] = onlyResource(template, 'AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: publisherId },
+    });
+    // Assess: a poison record holds its shard for at most 10 retries or an hour
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: publisherId },
+      MaximumRetryAttempts: 10,
+      BisectBatchOnFunctionError: true,
+      MaximumRecordAgeInSeconds: 3600,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [Match.anyValue(), 'Arn'] } } },
+    });
+    const destination = (
+      mapping.Properties.DestinationConfig as {
+        OnFailure: { Destination: { 'Fn::GetAtt': [string, string] } };
+      }
+    ).OnFailure.Destination['Fn::GetAtt'][0];
+    const failures = template.toJSON().Resources[destination] as Resource;
+    expect(failures.Type).toBe('AWS::SQS::Queue');
+    expect(failures.Properties).toMatchObject({
+      SqsManagedSseEnabled: true,
+      MessageRetentionPeriod: 1_209_600,
+    });
+    // The queue takes only TLS, and the publisher may send to it.
+    template.hasResourceProperties('AWS::SQS::QueuePolicy', {
+      Queues: [{ Ref: destination }],
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Effect: 'Deny', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }),
+        ]),
+      },
+    });
+    const sends = statementsWith(statementsOf(template, 'Threadgate-outcome-publisher'), 'sqs:SendMessage');
+    expect(sends.map((st) => st.Resource)).toContainEqual({ 'Fn::GetAtt': [destination, 'Arn'] });
+    template.hasOutput('OutcomeFailuresQueueUrl', { Value: { Ref: destination } });
+  });
+
+  it('alarms on the outcome stream: iterator age, publisher errors and records given up on', () => {
+    const [publisherId] = onlyResource(template, 'AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-outcome-publisher',
+    });
+    const publisher = [{ Name: 'FunctionName', Value: { Ref: publisherId } }];
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'Threadgate-outcome-stream-iterator-age',
+      MetricName: 'IteratorAge',
+      Namespace: 'AWS/Lambda',
+      Dimensions: publisher,
+      Statistic: 'Maximum',
+      Threshold: 300_000,
+      ComparisonOperator: 'GreaterThanThreshold',
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'Threadgate-outcome-publisher-errors',
+      MetricName: 'Errors',
+      Namespace: 'AWS/Lambda',
+      Dimensions: publisher,
+      Threshold: 1,
+    });
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'Threadgate-outcomes-not-published',
+      MetricName: 'ApproximateNumberOfMessagesVisible',
+      Namespace: 'AWS/SQS',
+      Dimensions: [
+        { Name: 'QueueName', Value: { 'Fn::GetAtt': [Match.stringLikeRegexp('Failures'), 'QueueName'] } },
+      ],
+      Threshold: 1,
     });
   });
 
@@ -392,7 +473,7 @@ describe('ThreadgateStack with default settings', () => {
   });
 
   it('alarms on a non-empty DLQ, a paused pipeline, old jobs and adjuster errors', () => {
-    template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
+    template.resourceCountIs('AWS::CloudWatch::Alarm', 7); // these 4 and the outcome stream's 3
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'ApproximateNumberOfMessagesVisible',
       Namespace: 'AWS/SQS',
@@ -437,10 +518,12 @@ describe('ThreadgateStack with default settings', () => {
       'AWS/SQS/ApproximateNumberOfMessagesVisible',
       'Threadgate/SolveTime',
       'Threadgate/PipelinePaused',
+      'AWS/Lambda/IteratorAge',
     ]) {
       expect(shown, metric).toContain(metric);
     }
-    expect(shown.filter((m) => m.startsWith('AWS/SQS/ApproximateNumberOfMessagesVisible'))).toHaveLength(2);
+    // Jobs queue, DLQ and the outcome stream's failure queue.
+    expect(shown.filter((m) => m.startsWith('AWS/SQS/ApproximateNumberOfMessagesVisible'))).toHaveLength(3);
     expect(shown.some((m) => m.startsWith('SEARCH(') && m.includes('MetricName="Outcomes"'))).toBe(true);
   });
 
@@ -459,6 +542,7 @@ describe('ThreadgateStack with default settings', () => {
         'AdjusterRuleName',
         'SecretName',
         'OutcomesQueueUrl',
+        'OutcomeFailuresQueueUrl',
       ].sort(),
     );
     template.hasOutput('SecretName', { Value: 'threadgate/captchaai-api-key' });
@@ -475,8 +559,10 @@ describe('ThreadgateStack with other settings', () => {
     template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
     template.resourceCountIs('AWS::Lambda::Function', 2);
     template.resourceCountIs('AWS::SQS::Queue', 2);
+    template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
     template.hasResourceProperties('AWS::DynamoDB::Table', { StreamSpecification: Match.absent() });
     expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomesQueueUrl');
+    expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomeFailuresQueueUrl');
   });
 
   it('holds a cap of 1 by reserved concurrency alone, without a mapping maximum', () => {
