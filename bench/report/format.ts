@@ -1,16 +1,48 @@
+import type { BaselineResult } from '../baseline.js';
 import type { BenchReport } from './build.js';
 
-/** The stdout table of a benchmark run: figure, value, how to read it. */
+/**
+ * The stdout table of a benchmark run: figure, value, how to read it, section by section
+ * (the same order as the report's JSON).
+ */
+
+type Row = [string, string, string];
+
+const n = (v: number | null | undefined, digits = 3) =>
+  v === null || v === undefined || !Number.isFinite(v) ? 'n/a' : v.toFixed(digits);
+const ms = (v: number | null | undefined) => (v === null || v === undefined ? 'n/a' : `${Math.round(v)} ms`);
+const usd = (v: number | null | undefined) =>
+  v === null || v === undefined || !Number.isFinite(v) ? 'n/a' : `$${v.toFixed(4)}`;
+
 export function formatReport(r: BenchReport): string {
-  const n = (v: number | null | undefined, digits = 3) =>
-    v === null || v === undefined || !Number.isFinite(v) ? 'n/a' : v.toFixed(digits);
-  const ms = (v: number | null | undefined) =>
-    v === null || v === undefined ? 'n/a' : `${Math.round(v)} ms`;
-  const usd = (v: number | null | undefined) =>
-    v === null || v === undefined || !Number.isFinite(v) ? 'n/a' : `$${v.toFixed(4)}`;
-  const s = r.config.time_scale;
-  const t = r.time_per_record_per_slot_ms;
-  const rows: [string, string, string][] = [
+  const rows: Row[] = [
+    ...outcomeRows(r),
+    ...callRows(r),
+    ...timeRows(r),
+    ...slotRows(r),
+    ...costRows(r),
+    ...(r.baseline ? baselineRows(r.baseline) : []),
+  ];
+  rows.push([
+    'phases',
+    `${r.phases_s.total} s total`,
+    `startup ${r.phases_s.startup} s, capped run ${r.phases_s.capped_run} s, baseline ${r.phases_s.baseline ?? '-'} s; load avg ${r.machine.loadavg_1m_start} → ${r.machine.loadavg_1m_end} on ${r.machine.cpus} CPUs`,
+  ]);
+  const w0 = Math.max(...rows.map((x) => x[0].length));
+  const w1 = Math.max(...rows.map((x) => x[1].length));
+  const lines = rows.map(([a, v, note]) => `${a.padEnd(w0)}  ${v.padEnd(w1)}  ${note}`);
+  lines.push('', `report: ${r.files.json}`, `chart:  ${r.files.svg}`);
+  return `${lines.join('\n')}\n`;
+}
+
+function fmtCounts(c: Record<string, number>): string {
+  const e = Object.entries(c);
+  return e.length ? e.map(([k, v]) => `${k} ${v}`).join(', ') : 'none';
+}
+
+/** Outcomes, the cap and the efficiencies. */
+function outcomeRows(r: BenchReport): Row[] {
+  return [
     [
       'records / outcomes',
       `${r.config.records} / ${fmtCounts(r.outcomes)}`,
@@ -42,6 +74,12 @@ export function formatReport(r: BenchReport): string {
       `${n(r.efficiency.whole_run_loss.ramp_up, 4)} / ${n(r.efficiency.whole_run_loss.between_ramp_and_drain, 4)} / ${n(r.efficiency.whole_run_loss.drain, 4)}`,
       `ramp-up (${n(r.efficiency.whole_run_loss.ramp_up_s, 1)} s to cap in flight) / between / drain (last ${n(r.efficiency.whole_run_loss.drain_s, 1)} s, no new task), shares of the whole run`,
     ],
+  ];
+}
+
+/** CaptchaAI calls, utilization and throughput. */
+function callRows(r: BenchReport): Row[] {
+  return [
     [
       'res.php calls per solve',
       n(r.captchaai_calls.res_php_per_solve, 2),
@@ -63,6 +101,13 @@ export function formatReport(r: BenchReport): string {
       `${n(r.throughput.steady_state_per_s_wall, 2)}/s wall`,
       `${n(r.throughput.steady_state_per_hour_unscaled, 0)} solves/h at scale 1; limit ${n(r.throughput.limit_per_s_wall, 2)}/s wall`,
     ],
+  ];
+}
+
+/** Solve times, the overhead and the emulator's latencies. */
+function timeRows(r: BenchReport): Row[] {
+  const s = r.config.time_scale;
+  return [
     [
       'mean solve, modelled',
       `${ms(r.solve_time_ms.modelled_mean_unscaled)} unscaled`,
@@ -93,6 +138,13 @@ export function formatReport(r: BenchReport): string {
       `${ms(v.p50)} / ${ms(v.p95)} / ${ms(v.p99)}`,
       `${v.count} calls, ${v.over_1s} over 1 s`,
     ]),
+  ];
+}
+
+/** Where a slot's time goes per record. */
+function slotRows(r: BenchReport): Row[] {
+  const t = r.time_per_record_per_slot_ms;
+  return [
     ['slot cycle per record (steady)', ms(t.cycle), 'wall; = the parts below'],
     [
       '  CaptchaAI thread held',
@@ -121,6 +173,12 @@ export function formatReport(r: BenchReport): string {
       t.poll_interval_what_if.map((w) => `${w.interval_ms / 1000} s → ${n(w.efficiency_ceiling)}`).join(', '),
       'predicted efficiency ceiling from the poll wait alone',
     ],
+  ];
+}
+
+/** Lambda use and the costs. */
+function costRows(r: BenchReport): Row[] {
+  return [
     [
       'Lambda GB-s per solve',
       n(r.lambda.gb_s_per_solve, 2),
@@ -142,49 +200,35 @@ export function formatReport(r: BenchReport): string {
       `full plan use; ${usd(r.captcha_cost_per_1000.at_measured_efficiency)} at the measured efficiency; $${r.captcha_cost_per_1000.plan.usdPerMonth}/month (${r.captcha_cost_per_1000.plan.basis})`,
     ],
   ];
-  const b = r.baseline;
-  if (b) {
-    rows.push(
-      ['BASELINE (uncapped)', `${b.records} records at once`, 'same stand-in, CaptchaAI client, no limiter'],
-      ['  solved / failed', `${b.solved} / ${b.failed}`, fmtCounts(b.failed_by_code)],
-      [
-        '  stop-class failures',
-        String(b.stop_class_failures),
-        b.stop_class_failures
-          ? 'false NO_ACTIVE_PLAN: in the pipeline the first one pauses everything'
-          : 'none',
-      ],
-      [
-        '  ZERO_BALANCE answers',
-        String(b.zero_balance),
-        `max in flight ${b.max_in_flight} of ${b.plan_threads} threads`,
-      ],
-      [
-        '  in.php submits / extra',
-        `${b.submits} / ${b.extra_submits}`,
-        `${b.submit_retries} back-offs, ${b.threadsinfo_calls} threadsinfo calls, ${b.redeliveries} redeliveries`,
-      ],
-      [
-        '  time wasted waiting',
-        `${n(b.backoff_s_unscaled, 0)} s in back-offs`,
-        `+ ${n(b.redelivery_wait_s_unscaled, 0)} s awaiting redelivery (unscaled, summed over records); ${n(b.lambda_gb_s_in_backoff, 0)} GB-s billed for back-offs`,
-      ],
-      ['  elapsed', `${n(b.elapsed_s, 1)} s wall`, `${n(b.elapsed_s_unscaled, 0)} s unscaled`],
-    );
-  }
-  rows.push([
-    'phases',
-    `${r.phases_s.total} s total`,
-    `startup ${r.phases_s.startup} s, capped run ${r.phases_s.capped_run} s, baseline ${r.phases_s.baseline ?? '-'} s; load avg ${r.machine.loadavg_1m_start} → ${r.machine.loadavg_1m_end} on ${r.machine.cpus} CPUs`,
-  ]);
-  const w0 = Math.max(...rows.map((x) => x[0].length));
-  const w1 = Math.max(...rows.map((x) => x[1].length));
-  const lines = rows.map(([a, v, note]) => `${a.padEnd(w0)}  ${v.padEnd(w1)}  ${note}`);
-  lines.push('', `report: ${r.files.json}`, `chart:  ${r.files.svg}`);
-  return `${lines.join('\n')}\n`;
 }
 
-function fmtCounts(c: Record<string, number>): string {
-  const e = Object.entries(c);
-  return e.length ? e.map(([k, v]) => `${k} ${v}`).join(', ') : 'none';
+/** The uncapped baseline, when it ran. */
+function baselineRows(b: BaselineResult): Row[] {
+  return [
+    ['BASELINE (uncapped)', `${b.records} records at once`, 'same stand-in, CaptchaAI client, no limiter'],
+    ['  solved / failed', `${b.solved} / ${b.failed}`, fmtCounts(b.failed_by_code)],
+    [
+      '  stop-class failures',
+      String(b.stop_class_failures),
+      b.stop_class_failures
+        ? 'false NO_ACTIVE_PLAN: in the pipeline the first one pauses everything'
+        : 'none',
+    ],
+    [
+      '  ZERO_BALANCE answers',
+      String(b.zero_balance),
+      `max in flight ${b.max_in_flight} of ${b.plan_threads} threads`,
+    ],
+    [
+      '  in.php submits / extra',
+      `${b.submits} / ${b.extra_submits}`,
+      `${b.submit_retries} back-offs, ${b.threadsinfo_calls} threadsinfo calls, ${b.redeliveries} redeliveries`,
+    ],
+    [
+      '  time wasted waiting',
+      `${n(b.backoff_s_unscaled, 0)} s in back-offs`,
+      `+ ${n(b.redelivery_wait_s_unscaled, 0)} s awaiting redelivery (unscaled, summed over records); ${n(b.lambda_gb_s_in_backoff, 0)} GB-s billed for back-offs`,
+    ],
+    ['  elapsed', `${n(b.elapsed_s, 1)} s wall`, `${n(b.elapsed_s_unscaled, 0)} s unscaled`],
+  ];
 }

@@ -1,8 +1,11 @@
-/** The shape of the benchmark's report (bench/results/*.json); build.ts fills it. */
+/** The shape of the benchmark's report (bench/results/*.json) and of the measurements build.ts fills it from. */
 
+import type { EnvironmentMemory } from '../../local/runtime/types.js';
 import type { RunSummary } from '../../local/stack/run.js';
 import type { BaselineResult } from '../baseline.js';
 import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
+import type { ChartPoint } from '../svg.js';
+import type { Invocation } from '../worker-log.js';
 
 export type Pct = { p50: number | null; p95: number | null; p99: number | null };
 
@@ -165,4 +168,49 @@ export interface BenchReport {
   phases_s: { startup: number; capped_run: number; baseline: number | null; total: number };
   log_dir: string;
   files: { json: string; svg: string };
+}
+
+/** One run's measurements, as bench/run.ts collected them. */
+export interface BuildInput {
+  name: string;
+  started: Date;
+  loadStart: number;
+  threads: number;
+  reserve: number;
+  cap: number;
+  records: number;
+  timeScale: number;
+  seed: number;
+  maxQueued: number;
+  mix: Record<string, number>;
+  memoryMb: number;
+  modelledMeanMs: number;
+  predictedPollMs: number;
+  runStartedAt: number;
+  series: ChartPoint[];
+  /** The stand-in's cumulative busy thread-ms, sampled with the series. */
+  busy: { t: number; ms: number }[];
+  targetDelays: { pageMs: number; postMs: number };
+  invocations: Invocation[];
+  probe: Record<string, number[]>;
+  probeRounds: { t: number; slowestMs: number; queued: number | undefined }[];
+  standin: {
+    maxInFlight: number;
+    zeroBalance: number;
+    threads: number;
+    submits: number;
+    polls: number;
+    solved: number;
+    rateLimited: number;
+  };
+  runSummary: RunSummary;
+  sqs: { sendCalls: number; received: number; deleted: number };
+  workerInvocations: number;
+  memory: { environments: EnvironmentMemory[]; processPeakRss: number };
+  bareNodeRss: number;
+  timeouts: number;
+  baseline: BaselineResult | null;
+  phases: { startup: number; capped_run: number; baseline: number | null; total: number };
+  logDir: string;
+  outDir: string;
 }

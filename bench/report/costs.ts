@@ -1,0 +1,152 @@
+import { type EnvironmentMemory, environmentPeakBytes } from '../../local/runtime/types.js';
+import {
+  AWS_PRICES,
+  awsCostPer1000,
+  captchaCostPer1000,
+  gbSeconds,
+  MONTH_SECONDS,
+  planPrice,
+} from '../cost.js';
+import { round } from '../stats.js';
+import { type Invocation, unscaledDurationMs } from '../worker-log.js';
+import { defined, type RunFacts } from './measures.js';
+import type { BenchReport, BuildInput } from './types.js';
+
+/** The report's Lambda, AWS cost and CaptchaAI cost sections (prices in bench/cost.ts). */
+
+const MB = 1048576;
+
+/** The smallest Lambda memory size (128 MB, then steps of 64 MB) with 2× headroom over `peakMb`. */
+export function lambdaMemoryFor(peakMb: number): number {
+  let mb = 128;
+  while (mb < 2 * peakMb) mb += 64;
+  return mb;
+}
+
+/**
+ * Lambda GB-s at time scale 1. For the cost, warm invocations per solve (a pipeline that runs
+ * for hours starts each environment once); the figure over every invocation is shown beside.
+ */
+function gbSecondsPerSolve(i: BuildInput, solved: number) {
+  const s = i.timeScale;
+  const unscaled = (list: Invocation[]) => list.map((inv) => unscaledDurationMs(inv, s)).filter(defined);
+  const warmAll = i.invocations.filter((inv) => !inv.firstInEnvironment);
+  const warmSolved = warmAll.filter((inv) => inv.outcome?.status === 'submitted').length;
+  return {
+    warm: warmSolved ? gbSeconds(unscaled(warmAll), i.memoryMb) / warmSolved : Number.NaN,
+    all: solved ? gbSeconds(unscaled(i.invocations), i.memoryMb) / solved : Number.NaN,
+    wall: solved
+      ? gbSeconds(i.invocations.map((inv) => inv.durationMs).filter(defined), i.memoryMb) / solved
+      : Number.NaN,
+  };
+}
+
+function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>): BenchReport['lambda'] {
+  const envs = i.memory.environments;
+  const worst = (f: (e: EnvironmentMemory) => number) =>
+    envs.length ? Math.max(...envs.map(f)) / MB : Number.NaN;
+  const envPeakMb = worst(environmentPeakBytes) + i.bareNodeRss / MB;
+  const memoryNeededMb = Number.isFinite(envPeakMb) ? lambdaMemoryFor(envPeakMb) : Number.NaN;
+  return {
+    memory_mb: i.memoryMb,
+    invocations: i.workerInvocations,
+    first_invocations: i.invocations.filter((inv) => inv.firstInEnvironment).length,
+    timeouts: i.timeouts,
+    gb_s_per_solve: round(gbs.warm, 3),
+    gb_s_per_solve_all_invocations: round(gbs.all, 3),
+    gb_s_per_solve_wall: round(gbs.wall, 3),
+    measured_memory_mb: {
+      environments: envs.length,
+      peak_heap_used: round(
+        worst((e) => e.peakHeapUsed),
+        1,
+      ),
+      peak_heap_total: round(
+        worst((e) => e.peakHeapTotal),
+        1,
+      ),
+      peak_external: round(
+        worst((e) => e.peakExternal),
+        1,
+      ),
+      bare_node_rss: round(i.bareNodeRss / MB, 1),
+      estimated_environment_peak: round(envPeakMb, 1),
+      process_peak_rss_all_environments: round(i.memory.processPeakRss / MB, 1),
+      smallest_size_with_2x_headroom: Number.isFinite(memoryNeededMb) ? memoryNeededMb : null,
+      note: 'each environment is a worker thread of one process, so its own RSS cannot be read: estimated_environment_peak = a bare Node process’s RSS + the environment’s peak V8 heap (total) + peak external memory; smallest_size_with_2x_headroom = the smallest Lambda size (128 MB, then 64 MB steps) at least twice that',
+    },
+    note: 'at time scale 1: each invocation’s solve time divided by the time scale, the rest (AWS calls, target HTTP, start-up) as measured. gb_s_per_solve: all but each environment’s first invocation (used for the cost); _all_invocations includes them; _wall is what this run used at its time scale',
+  };
+}
+
+/**
+ * AWS requests per solve. SQS: the producer's SendMessageBatch calls, one ReceiveMessage and
+ * one DeleteMessage per message (batch size 1), DLQ copies. DynamoDB: each record's claim
+ * and final write are one conditional UpdateItem each (outcome rows are far below 1 KB).
+ */
+function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchReport['aws_cost_per_1000'] {
+  const { solved } = f;
+  const dlqSends = i.runSummary.dlq;
+  const usage = {
+    gbSeconds: gbsPerSolve,
+    invocations: solved ? i.workerInvocations / solved : Number.NaN,
+    sqsRequests: solved ? (i.sqs.sendCalls + i.sqs.received + i.sqs.deleted + dlqSends) / solved : Number.NaN,
+    dynamodbWriteUnits: solved ? (2 * f.withOutcome.length) / solved : Number.NaN,
+    dynamodbReadUnits: 0,
+  };
+  const aws = awsCostPer1000(usage);
+  return {
+    lambda_compute: round(aws.lambda_compute, 5) ?? 0,
+    lambda_requests: round(aws.lambda_requests, 5) ?? 0,
+    sqs: round(aws.sqs, 5) ?? 0,
+    dynamodb_writes: round(aws.dynamodb_writes, 5) ?? 0,
+    dynamodb_reads: round(aws.dynamodb_reads, 5) ?? 0,
+    total: round(aws.total, 5) ?? 0,
+    usage_per_solve: {
+      gb_seconds: round(usage.gbSeconds, 3),
+      invocations: round(usage.invocations, 3),
+      sqs_requests: round(usage.sqsRequests, 3),
+      dynamodb_write_units: round(usage.dynamodbWriteUnits, 3),
+      dynamodb_read_units: usage.dynamodbReadUnits,
+    },
+    prices: AWS_PRICES,
+    notes: [
+      'USD at us-east-1 list prices (bench/cost.ts): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
+      'SQS counts the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message (batch size 1) and DLQ copies; the event source mapping’s empty long polls on an idle queue are a fixed cost per hour, not per solve, and are left out',
+      'not included: the cap adjuster (one small invocation a minute), SSM GetParameter (standard parameters, no charge), Secrets Manager (one read per execution environment), CloudWatch Logs and metrics',
+    ],
+  };
+}
+
+function captchaCostSection(i: BuildInput, ssEff: number): BenchReport['captcha_cost_per_1000'] {
+  const plan = planPrice(i.threads);
+  const meanSolveS = i.modelledMeanMs / 1000;
+  const captchaFull = captchaCostPer1000({ threads: i.threads, usdPerMonth: plan.usdPerMonth }, meanSolveS);
+  const captchaAtEff = Number.isFinite(ssEff)
+    ? captchaCostPer1000(
+        { threads: i.threads, usdPerMonth: plan.usdPerMonth },
+        meanSolveS,
+        ssEff * (i.cap / i.threads),
+      )
+    : Number.NaN;
+  return {
+    full_plan_use: round(captchaFull, 5),
+    at_measured_efficiency: round(captchaAtEff, 5),
+    plan: { ...plan, usdPerMonth: round(plan.usdPerMonth, 2) ?? plan.usdPerMonth, threads: i.threads },
+    mean_solve_s_unscaled: round(meanSolveS, 2),
+    month_s: MONTH_SECONDS,
+  };
+}
+
+/** The report's `lambda`, `aws_cost_per_1000` and `captcha_cost_per_1000` sections, in that order. */
+export function costSections(
+  i: BuildInput,
+  f: RunFacts,
+): Pick<BenchReport, 'lambda' | 'aws_cost_per_1000' | 'captcha_cost_per_1000'> {
+  const gbs = gbSecondsPerSolve(i, f.solved);
+  return {
+    lambda: lambdaSection(i, gbs),
+    aws_cost_per_1000: awsCostSection(i, f, gbs.warm),
+    captcha_cost_per_1000: captchaCostSection(i, f.ssEff),
+  };
+}
