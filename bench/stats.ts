@@ -1,4 +1,8 @@
-import type { LatencyDistribution } from '../local/standins/captchaai/standin.js';
+import {
+  type LatencyDistribution,
+  meanLatencyMs,
+  sampleLatencyMs,
+} from '../local/standins/captchaai/latency.js';
 
 /**
  * The benchmark's arithmetic, kept pure so it can be unit tested: percentiles, time-weighted
@@ -115,7 +119,7 @@ export function efficiency(
   return completed / seconds / (cap / meanSolveSeconds);
 }
 
-/** Mean solve time of a mix of CAPTCHA types whose latencies are uniform on [minMs, maxMs]. */
+/** Mean solve time of a mix of CAPTCHA types, each with its latency distribution. */
 export function mixMeanMs(
   mix: Readonly<Record<string, number>>,
   latency: Readonly<Record<string, LatencyDistribution>>,
@@ -126,7 +130,7 @@ export function mixMeanMs(
     const d = latency[type];
     if (!d) throw new RangeError(`no latency distribution for CAPTCHA type "${type}"`);
     total += count;
-    weighted += count * ((d.minMs + d.maxMs) / 2);
+    weighted += count * meanLatencyMs(d);
   }
   return total === 0 ? Number.NaN : weighted / total;
 }
@@ -143,9 +147,9 @@ export function answerSeenAtMs(readyMs: number, firstPollMs: number, intervalMs:
 }
 
 /**
- * The mean time between an answer being ready and the client seeing it, for a latency uniform
- * on [minMs, maxMs] (numerically, over `steps` points). This is time a slot is held while the
- * CaptchaAI thread is already free again: the cost of polling at a fixed granularity.
+ * The mean time between an answer being ready and the client seeing it, for a latency drawn from
+ * `d` (numerically, over `steps` quantiles). This is time a slot is held while the CaptchaAI
+ * thread is already free again: the cost of polling at a fixed granularity.
  */
 export function expectedPollWaitMs(
   d: LatencyDistribution,
@@ -153,10 +157,9 @@ export function expectedPollWaitMs(
   intervalMs: number,
   steps = 10_000,
 ): number {
-  if (d.maxMs <= d.minMs) return answerSeenAtMs(d.minMs, firstPollMs, intervalMs) - d.minMs;
   let sum = 0;
   for (let i = 0; i < steps; i++) {
-    const ready = d.minMs + ((i + 0.5) / steps) * (d.maxMs - d.minMs);
+    const ready = sampleLatencyMs(d, (i + 0.5) / steps);
     sum += answerSeenAtMs(ready, firstPollMs, intervalMs) - ready;
   }
   return sum / steps;

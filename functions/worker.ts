@@ -6,7 +6,9 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { createPollSchedule, type LearnedSchedule } from './captchaai/poll-schedule.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
+import { resolveTimings } from './captchaai/timings.js';
 import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { ApiKeySource } from './pipeline/secret.js';
@@ -51,11 +53,18 @@ export function createWorkerDeps(
       namespace: process.env.POWERTOOLS_METRICS_NAMESPACE ?? DEFAULTS.metricsNamespace,
       serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker',
     });
+  const logger =
+    overrides.logger ??
+    new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker' });
   const keys = new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now });
   const captchaai = new RotatingCaptchaAiClient(keys, {
     baseUrl: config.captchaAiUrl,
     timeScale: config.timeScale,
     timings: config.captchaTimings,
+    // One schedule per execution environment: it learns from every solve this environment makes.
+    pollSchedule: createPollSchedule(resolveTimings(config.captchaTimings), config.pollSchedule, (s) =>
+      publishLearnedSchedule(s, logger, metrics),
+    ),
     now,
     onEvent: (e) => {
       if (e.kind !== 'rate_limited') return;
@@ -97,10 +106,26 @@ export function createWorkerDeps(
     dispatcher: createTargetAgent(config.allowlist, resolver, config.targetTimeoutMs),
     now,
     sleep: abortableSleep,
-    logger: new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker' }),
+    logger,
     metrics,
     ...overrides,
   };
+}
+
+/** A recomputed poll schedule: one log line and three metrics per CAPTCHA type (unscaled ms). */
+function publishLearnedSchedule(s: LearnedSchedule, logger: Logger, metrics: Metrics): void {
+  logger.info('poll schedule learned', {
+    captchaType: s.captchaType,
+    observations: s.observations,
+    pollsMs: s.pollsMs.map(Math.round),
+    expectedCalls: Math.round(s.expectedCalls * 100) / 100,
+    expectedWaitMs: Math.round(s.expectedWaitMs),
+  });
+  const single = metrics.singleMetric();
+  single.addDimension('captchaType', s.captchaType);
+  single.addMetric('PollScheduleFirstPoll', MetricUnit.Milliseconds, s.firstPollMs);
+  single.addMetric('PollScheduleExpectedCalls', MetricUnit.Count, s.expectedCalls);
+  single.addMetric('PollScheduleExpectedWait', MetricUnit.Milliseconds, s.expectedWaitMs);
 }
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -23,7 +23,8 @@ import {
   taskParams,
 } from './answers.js';
 import { postForm, sleep } from './http.js';
-import { pollWaitMs, resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
+import { type PollSchedule, staticPollSchedule } from './poll-schedule.js';
+import { resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
 import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 
 export {
@@ -65,6 +66,8 @@ export interface CaptchaAiClientOptions {
   now?: () => number;
   /** Progress for metrics and tests; never contains the key or a token. Exceptions it throws are ignored. */
   onEvent?: (e: ClientEvent) => void;
+  /** When each res.php call is made (poll-schedule.ts). @default the static schedule of `timings` */
+  pollSchedule?: PollSchedule;
 }
 
 export { MAX_ANSWER_BYTES, sleep } from './http.js';
@@ -121,6 +124,7 @@ export class CaptchaAiClient {
   readonly #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   readonly #now: () => number;
   readonly #onEvent: ((e: ClientEvent) => void) | undefined;
+  readonly #schedule: PollSchedule;
   /** Epoch ms until which polls run at twice their interval (after a rate-limit answer). */
   #slowUntil = 0;
 
@@ -150,6 +154,7 @@ export class CaptchaAiClient {
     this.#sleep = o.sleep ?? sleep;
     this.#now = o.now ?? Date.now;
     this.#onEvent = o.onEvent;
+    this.#schedule = o.pollSchedule ?? staticPollSchedule(timings);
   }
 
   /** The effective timings at time scale 1 (for logs and the CLI; holds no secret). */
@@ -377,28 +382,22 @@ export class CaptchaAiClient {
 
   /**
    * Polls one task until its answer, a final error, the deadline, or the end of its res.php
-   * budget. The schedule is {@link pollWaitMs}'s; after a server error the next call waits at
+   * budget. The schedule is the poll schedule's (poll-schedule.ts); after a server error the next call waits at
    * least `serverErrorWaitMs`, after a rate limit the rate-limit back-off.
    */
   async #poll(taskId: string, state: SolveState): Promise<string> {
     const submittedAt = this.#now();
     const deadlineMs = this.#scaled(this.#timings.deadlineMs);
     const type = state.captchaType;
+    const plan = this.#schedule.planFor(type);
     state.polls = 0;
     let minWaitMs = 0;
+    // The schedule learns from each answer when it was last seen not ready and when it was read.
+    let notReadyAt = 0;
     for (;;) {
       const since = this.#now() - submittedAt;
-      const scheduled = pollWaitMs(
-        {
-          pollBudget: this.#timings.pollBudget,
-          deadlineMs,
-          firstPollMs: this.#scaled(this.#timings.firstPollMs[type]),
-          intervalMs:
-            this.#scaled(this.#timings.pollIntervalMs[type]) * (this.#now() < this.#slowUntil ? 2 : 1),
-        },
-        state.polls,
-        since,
-      );
+      const wait = plan.waitMs(state.polls, since / this.#timeScale, this.#now() < this.#slowUntil);
+      const scheduled = wait === undefined ? undefined : this.#scaled(wait);
       if (scheduled === undefined || since >= deadlineMs) {
         const why =
           scheduled === undefined
@@ -415,12 +414,17 @@ export class CaptchaAiClient {
       state.polls += 1;
       state.pollsTotal += 1;
       this.#emit({ kind: 'poll', captchaType: type, taskId });
+      const askedAt = this.#now() - submittedAt;
       let failure: CaptchaError;
       try {
         const reply = await this.#request('res.php', { action: 'get', id: taskId, json: '1' }, state.signal);
         const answer = parseAnswer(reply, 'res.php');
-        if (answer.ok) return answer.value;
+        if (answer.ok) {
+          this.#schedule.observe(type, notReadyAt / this.#timeScale, askedAt / this.#timeScale);
+          return answer.value;
+        }
         if (NOT_READY_CODES.has(answer.code)) {
+          notReadyAt = askedAt;
           state.rateLimitsInARow = 0;
           this.#emit({ kind: 'not_ready', captchaType: type, taskId });
           continue;

@@ -1,3 +1,4 @@
+import { type PollScheduleSettings, readPollScheduleFromEnv } from '../captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS, readTimingsFromEnv, type SolveTimingsOverrides } from '../captchaai/timings.js';
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
@@ -20,6 +21,8 @@ export interface WorkerConfig {
   timeScale: number;
   /** CaptchaAI waits overridden through CAPTCHAAI_POLL_INTERVAL_MS and friends (CaptchaAI's defaults otherwise). */
   captchaTimings: SolveTimingsOverrides;
+  /** Learned or static poll schedule, its mean res.php budget and per-task ceiling (CAPTCHAAI_POLL_SCHEDULE and friends). */
+  pollSchedule: PollScheduleSettings;
   allowlist: Allowlist;
   /** Lease of a claim. Must exceed the function timeout, so a killed invocation's record is not re-solved while it could still be running. */
   leaseMs: number;
@@ -63,6 +66,7 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     timeScale,
     // TIME_SCALE, not CAPTCHAAI_TIME_SCALE, scales the worker: only the waits are read here.
     captchaTimings,
+    pollSchedule: readPollScheduleFromEnv(env),
     allowlist: parseAllowlist(allowedHosts),
     leaseMs: optionalNumber(env, 'LEASE_SECONDS', DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
     transientReceiveLimit: optionalNumber(env, 'TRANSIENT_RECEIVE_LIMIT', DEFAULTS.transientReceiveLimit, {

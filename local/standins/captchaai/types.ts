@@ -5,11 +5,10 @@ import type { CaptchaEvent, LostAnswerFaults, LostAnswerKind } from './wire.js';
 
 /** The CaptchaAI stand-in's contract: its options, faults, control requests, stats and handle (local/standins/captchaai/standin.ts and its parts). */
 
-/** Uniform solve latency between `minMs` and `maxMs` (before the time scale). */
-export interface LatencyDistribution {
-  minMs: number;
-  maxMs: number;
-}
+import type { LatencyDistribution } from './latency.js';
+
+export type { LatencyDistribution } from './latency.js';
+export { DEFAULT_LATENCY } from './latency.js';
 
 /** Probabilities (0..1) of each fault, drawn per request (per task for unsolvable / neverFinish). */
 export interface FaultRates {
@@ -146,12 +145,3 @@ export interface CaptchaStandin {
   resetStats(): void;
   close(): Promise<void>;
 }
-
-/** Modelled on CaptchaAI's published times: reCAPTCHA v2 under 60 s, Turnstile 5-15 s. */
-export const DEFAULT_LATENCY: Record<CaptchaType, LatencyDistribution> = {
-  recaptcha_v2: { minMs: 15_000, maxMs: 60_000 },
-  recaptcha_v3: { minMs: 10_000, maxMs: 30_000 },
-  recaptcha_enterprise: { minMs: 15_000, maxMs: 60_000 },
-  turnstile: { minMs: 5_000, maxMs: 15_000 },
-  image: { minMs: 2_000, maxMs: 10_000 },
-};

@@ -1,0 +1,135 @@
+import seedrandom from 'seedrandom';
+import type { PollSchedule } from '../functions/captchaai/poll-schedule.js';
+import type { CaptchaType } from '../functions/captchaai/types.js';
+import { type LatencyDistribution, sampleLatencyMs } from '../local/standins/captchaai/latency.js';
+
+/**
+ * The benchmark's model runs on the stand-in's own draws, with no pipeline: what a client could
+ * reach on exactly those solve times with the same slots, records taken in arrival order.
+ * - `simulateLimit`: the ideal client, which sees every answer the moment it is ready and has no
+ *   overhead (the issue's "limit"); its whole-run efficiency includes the ramp-up and the drain
+ *   any client of the plan has on a finite run.
+ * - `simulateSchedule`: the same, but each slot reads its answer at a poll of a schedule (one
+ *   schedule per slot, as each execution environment keeps its own), so the loss to polling is
+ *   told apart from the loss to the pipeline.
+ * Times are unscaled milliseconds.
+ */
+
+export interface SimTask {
+  type: CaptchaType;
+  /** Time the task holds a CaptchaAI thread (the stand-in's latency). */
+  solveMs: number;
+}
+
+export interface SimResult {
+  /** Busy thread-time ÷ (plan threads × first submit to last answer). */
+  efficiency: number;
+  spanMs: number;
+  /** res.php calls per solve (the answering call included). */
+  resPhpPerSolve: number;
+  resPhpMaxPerTask: number;
+  /** Mean time from ready to read. */
+  meanWaitMs: number;
+  /** Tasks whose answer no poll read before the deadline. */
+  timedOut: number;
+}
+
+/**
+ * The stand-in's solve times for tasks of these types in this order: one draw of
+ * `seedrandom(String(seed))` per task, as the stand-in makes them (latency.ts).
+ */
+export function drawSolveTimes(
+  types: readonly CaptchaType[],
+  latency: Readonly<Record<CaptchaType, LatencyDistribution>>,
+  seed: number,
+): SimTask[] {
+  const random = seedrandom(String(seed));
+  return types.map((type) => ({ type, solveMs: sampleLatencyMs(latency[type], random()) }));
+}
+
+/** When one task's answer is read on `schedule`, and with how many calls; undefined: never. */
+function readAt(
+  schedule: PollSchedule,
+  task: SimTask,
+): { atMs: number; calls: number } | { timedOutAtMs: number; calls: number } {
+  const plan = schedule.planFor(task.type);
+  let since = 0;
+  let calls = 0;
+  let notReadyAt = 0;
+  for (;;) {
+    const wait = plan.waitMs(calls, since, false);
+    if (wait === undefined) return { timedOutAtMs: since, calls };
+    since += wait;
+    calls += 1;
+    if (since >= task.solveMs) {
+      schedule.observe(task.type, notReadyAt, since);
+      return { atMs: since, calls };
+    }
+    notReadyAt = since;
+  }
+}
+
+function run(
+  tasks: readonly SimTask[],
+  slots: number,
+  threads: number,
+  read: (slot: number, task: SimTask) => { heldMs: number; calls: number; timedOut: boolean },
+): SimResult {
+  if (!(slots >= 1 && threads >= 1)) throw new RangeError('slots and threads must be >= 1');
+  const freeAt = new Array<number>(Math.min(slots, Math.max(1, tasks.length))).fill(0);
+  let busy = 0;
+  let end = 0;
+  let calls = 0;
+  let maxCalls = 0;
+  let wait = 0;
+  let timedOut = 0;
+  for (const task of tasks) {
+    let slot = 0;
+    for (let s = 1; s < freeAt.length; s++) if ((freeAt[s] as number) < (freeAt[slot] as number)) slot = s;
+    const start = freeAt[slot] as number;
+    const r = read(slot, task);
+    busy += task.solveMs;
+    calls += r.calls;
+    maxCalls = Math.max(maxCalls, r.calls);
+    if (r.timedOut) timedOut += 1;
+    else wait += r.heldMs - task.solveMs;
+    freeAt[slot] = start + r.heldMs;
+    end = Math.max(end, start + r.heldMs);
+  }
+  const n = tasks.length;
+  return {
+    efficiency: end > 0 ? busy / (threads * end) : Number.NaN,
+    spanMs: end,
+    resPhpPerSolve: n ? calls / n : Number.NaN,
+    resPhpMaxPerTask: maxCalls,
+    meanWaitMs: n - timedOut > 0 ? wait / (n - timedOut) : Number.NaN,
+    timedOut,
+  };
+}
+
+/** The ideal client: answers seen at once, no overhead. */
+export function simulateLimit(tasks: readonly SimTask[], slots: number, threads = slots): SimResult {
+  return run(tasks, slots, threads, (_slot, task) => ({ heldMs: task.solveMs, calls: 0, timedOut: false }));
+}
+
+/** A client that reads answers on a poll schedule; `scheduleFor(slot)` is called once per slot. */
+export function simulateSchedule(
+  tasks: readonly SimTask[],
+  slots: number,
+  scheduleFor: (slot: number) => PollSchedule,
+  threads = slots,
+): SimResult {
+  const schedules = new Map<number, PollSchedule>();
+  return run(tasks, slots, threads, (slot, task) => {
+    let schedule = schedules.get(slot);
+    if (!schedule) {
+      schedule = scheduleFor(slot);
+      schedules.set(slot, schedule);
+    }
+    const r = readAt(schedule, task);
+    // A task no poll read holds its slot to the deadline's call (the worker's cool-down aside).
+    return 'atMs' in r
+      ? { heldMs: r.atMs, calls: r.calls, timedOut: false }
+      : { heldMs: Math.max(r.timedOutAtMs, task.solveMs), calls: r.calls, timedOut: true };
+  });
+}
