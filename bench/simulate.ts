@@ -1,5 +1,12 @@
 import seedrandom from 'seedrandom';
-import type { PollSchedule } from '../functions/captchaai/poll-schedule.js';
+import {
+  LearnedPollSchedule,
+  type PollSchedule,
+  type PollScheduleMode,
+  type PollScheduleSettings,
+  type ScheduleTimings,
+  staticPollSchedule,
+} from '../functions/captchaai/poll-schedule.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
 import { type LatencyDistribution, sampleLatencyMs } from '../local/standins/captchaai/latency.js';
 
@@ -132,4 +139,41 @@ export function simulateSchedule(
       ? { heldMs: r.atMs, calls: r.calls, timedOut: false }
       : { heldMs: Math.max(r.timedOutAtMs, task.solveMs), calls: r.calls, timedOut: true };
   });
+}
+
+/** What the bench's report says about its draws, beside the measured figures. */
+export interface ModelFigures {
+  /** The ideal client's whole-run efficiency on the draws. */
+  limit: number;
+  /** Each schedule, simulated on the same draws with no pipeline. */
+  schedules: Record<PollScheduleMode, SimResult>;
+}
+
+/**
+ * The limit and the schedules simulated on a run's draws: the stand-in's solve times for the
+ * records' types in arrival order (seeded like the stand-in), `slots` = the cap, one schedule
+ * per slot as each execution environment keeps its own.
+ */
+export function modelFigures(i: {
+  types: readonly CaptchaType[];
+  latency: Readonly<Record<CaptchaType, LatencyDistribution>>;
+  seed: number;
+  slots: number;
+  threads: number;
+  timings: ScheduleTimings;
+  settings: PollScheduleSettings;
+}): ModelFigures {
+  const tasks = drawSolveTimes(i.types, i.latency, i.seed);
+  return {
+    limit: simulateLimit(tasks, i.slots, i.threads).efficiency,
+    schedules: {
+      static: simulateSchedule(tasks, i.slots, () => staticPollSchedule(i.timings), i.threads),
+      learned: simulateSchedule(
+        tasks,
+        i.slots,
+        () => new LearnedPollSchedule(i.timings, i.settings),
+        i.threads,
+      ),
+    },
+  };
 }

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { type Command, InvalidArgumentError } from 'commander';
+import type { CaptchaType } from '../../functions/captchaai/types.js';
+import { type LatencyDistribution, parseLatencyOptions } from '../../local/standins/captchaai/latency.js';
 import { type FaultRates, startCaptchaStandin } from '../../local/standins/captchaai/standin.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseCount, parsePositive } from './solve.js';
@@ -11,7 +13,28 @@ interface StandinCommandOptions {
   key?: string;
   timeScale: number;
   faults?: Partial<FaultRates>;
+  latency: string[];
 }
+
+/** `--latency TYPE=SPEC` may be given several times (shared with `threadgate local` and `bench`). */
+export function collectLatency(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+/** The distributions `--latency` values name; a bad value is a usage error that names it. */
+export function latencyFromOptions(
+  values: readonly string[],
+): Partial<Record<CaptchaType, LatencyDistribution>> {
+  try {
+    return parseLatencyOptions(values);
+  } catch (err) {
+    throw new CliError(err instanceof Error ? err.message : String(err), EXIT.usage);
+  }
+}
+
+/** The help line of `--latency`, the same in every command that takes it. */
+export const LATENCY_HELP =
+  'solve-time distribution of one CAPTCHA type (or all), seconds: uniform:MIN,MAX | lognormal:MEDIAN,SIGMA | mixture:WEIGHT,<a>+<b>; repeatable, e.g. recaptcha_v2=lognormal:25,0.4 (default: uniform, reCAPTCHA v2 15-60 s)';
 
 /** `threadgate standin`: the local CaptchaAI stand-in as a process of its own. */
 export function registerStandinCommand(program: Command): void {
@@ -29,6 +52,7 @@ export function registerStandinCommand(program: Command): void {
     )
     .option('--time-scale <factor>', 'multiply every latency, delay and token lifetime', parsePositive, 1)
     .option('--faults <json>', 'fault rates, e.g. \'{"unsolvable":0.05,"html502":0.01}\'', parseFaults)
+    .option('--latency <TYPE=SPEC>', LATENCY_HELP, collectLatency, [])
     .addHelpText(
       'after',
       `
@@ -51,6 +75,7 @@ Example:
           apiKey,
           timeScale: opts.timeScale,
           ...(opts.faults ? { faults: opts.faults } : {}),
+          latency: latencyFromOptions(opts.latency),
         });
       } catch (err) {
         throw new CliError(

@@ -1,5 +1,7 @@
+import { CAPTCHA_TYPES, type CaptchaType } from '../../../functions/captchaai/types.js';
 import type { Faults } from './faults.js';
 import { checkBool, checkCount, isRecord } from './http.js';
+import { checkLatency, type LatencyDistribution } from './latency.js';
 import type { StandinModel } from './model.js';
 import type { CaptchaStandin, FaultRates, InjectedReply } from './types.js';
 import { checkLostAnswerFaults, type LostAnswers } from './wire.js';
@@ -13,8 +15,21 @@ import { checkLostAnswerFaults, type LostAnswers } from './wire.js';
 
 export type StandinControl = Omit<CaptchaStandin, 'url' | 'port' | 'close'>;
 
-export function createControl(model: StandinModel, faults: Faults, lost: LostAnswers): StandinControl {
+export function createControl(
+  model: StandinModel,
+  faults: Faults,
+  lost: LostAnswers,
+  latency: Record<CaptchaType, LatencyDistribution>,
+): StandinControl {
   return {
+    setLatency(l) {
+      for (const [type, d] of Object.entries(l)) {
+        if (!CAPTCHA_TYPES.includes(type as CaptchaType))
+          throw new RangeError(`latency: unknown CAPTCHA type "${type}"`);
+        latency[type as CaptchaType] = checkLatency(`latency.${type}`, d);
+      }
+    },
+    latency: () => structuredClone(latency),
     setThreads(n) {
       model.threads = checkCount('threads', n);
     },
@@ -56,6 +71,10 @@ export function applyControl(control: StandinControl, c: unknown): void {
   if (c.apiKey !== undefined) control.setApiKey(c.apiKey as string);
   if (c.keyRevoked !== undefined) control.setKeyRevoked(checkBool('keyRevoked', c.keyRevoked));
   if (c.planActive !== undefined) control.setPlanActive(checkBool('planActive', c.planActive));
+  if (c.latency !== undefined) {
+    if (!isRecord(c.latency)) throw new RangeError('latency must be an object');
+    control.setLatency(c.latency as Partial<Record<CaptchaType, LatencyDistribution>>);
+  }
   if (c.faults !== undefined) {
     if (!isRecord(c.faults)) throw new RangeError('faults must be an object');
     control.setFaults(c.faults as Partial<FaultRates>);

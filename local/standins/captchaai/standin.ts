@@ -1,10 +1,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { MIN_SCALED_TOKEN_LIFETIME_MS } from '../../../functions/captchaai/timings.js';
+import type { CaptchaType } from '../../../functions/captchaai/types.js';
 import { CaptchaApi } from './api.js';
 import { createControl } from './control.js';
 import { Faults } from './faults.js';
 import { checkCount } from './http.js';
+import { checkLatency } from './latency.js';
 import { StandinModel } from './model.js';
 import { listener } from './router.js';
 import { Timers } from './timers.js';
@@ -66,17 +68,22 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     countError: (code) => model.countError(code),
   });
   const lost = lostAnswers(timeScale, (ms) => timers.delay(ms), o.lostAnswers);
+  // One record of distributions, shared by the API and the control (setLatency changes it in place).
+  const latency = { ...DEFAULT_LATENCY };
+  for (const [type, d] of Object.entries(o.latency ?? {})) {
+    latency[type as CaptchaType] = checkLatency(`latency.${type}`, d);
+  }
   const api = new CaptchaApi({
     model,
     faults,
     lost,
     random,
     timeScale,
-    latency: { ...DEFAULT_LATENCY, ...o.latency },
+    latency,
     abandonAfterMs: (o.abandonAfterMs ?? 300_000) * timeScale,
     taskIdAs: o.taskIdAs ?? 'mixed',
   });
-  const control = createControl(model, faults, lost);
+  const control = createControl(model, faults, lost, latency);
   const server = createServer(
     listener({ api, control, verify: (body) => model.verify(body), countKey: (key) => model.countKey(key) }),
   );

@@ -121,6 +121,8 @@ export interface ControlRequest {
   planActive?: boolean;
   faults?: Partial<FaultRates>;
   lostAnswers?: LostAnswerFaults;
+  /** Solve-time distributions per type (latency.ts), e.g. `{"recaptcha_v2":{"kind":"lognormal","medianMs":12000,"sigma":0.4}}`. */
+  latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   inject?: Partial<Record<InjectableEndpoint, InjectedReply[]>>;
 }
 
@@ -137,6 +139,10 @@ export interface CaptchaStandin {
   setLostAnswers(f: LostAnswerFaults): void;
   /** The wire log after `since` (0: all kept). */
   events(since?: number): { next: number; dropped: number; entries: Logged<CaptchaEvent>[] };
+  /** Replaces the solve-time distributions of the types named (tasks submitted from now on). */
+  setLatency(l: Partial<Record<CaptchaType, LatencyDistribution>>): void;
+  /** The solve-time distribution of every type now. */
+  latency(): Record<CaptchaType, LatencyDistribution>;
   /** Queues canned answers for the next requests to `endpoint` (res.php: `action=get` only). */
   inject(endpoint: InjectableEndpoint, replies: InjectedReply[]): void;
   stats(): StandinStats;

@@ -747,11 +747,18 @@ describe('worker against moto and the stand-ins', () => {
     expect([...metricNames].sort()).toEqual([
       'ClaimConflicts',
       'Outcomes',
+      // The learned poll schedule of each instance, once it has read a few answers of a type.
+      'PollScheduleExpectedCalls',
+      'PollScheduleExpectedWait',
+      'PollScheduleFirstPoll',
       'ResPhpCalls',
       'SolveTime',
       'Solves',
       'StopEvents',
     ]);
     expect(emf.some((l) => l.Outcomes !== undefined && l.status === 'rejected')).toBe(true);
+    const learned = lines.filter((l) => l.message === 'poll schedule learned');
+    expect(learned.length).toBeGreaterThan(0);
+    expect(learned[0]).toMatchObject({ captchaType: 'recaptcha_v2', pollsMs: expect.any(Array) });
   });
 });

@@ -225,6 +225,35 @@ describe('CaptchaAI stand-in: the plan', () => {
     expect(accepted.text).toMatch(/^OK\|/);
   });
 
+  it('solves with the latency distribution set over POST /control, for tasks submitted after it', async () => {
+    // Prepare: reCAPTCHA v2 instant at start.
+    const s = await standin({ threads: 4 });
+    const before = await submit(s);
+    expect((await result(s, before)).status).toBe(1);
+
+    // Act: a lognormal of median 400 ms, then a bad one.
+    const set = await fetch(`${s.url}/control`, {
+      method: 'POST',
+      body: JSON.stringify({ latency: { recaptcha_v2: { kind: 'lognormal', medianMs: 400, sigma: 0.01 } } }),
+    });
+    const bad = await fetch(`${s.url}/control`, {
+      method: 'POST',
+      body: JSON.stringify({ latency: { recaptcha_v2: { kind: 'lognormal', medianMs: -1, sigma: 0.4 } } }),
+    });
+    const id = await submit(s);
+    const early = await call(s, 'res.php', { action: 'get', id, json: '1' });
+    await sleep(600);
+    const late = await call(s, 'res.php', { action: 'get', id, json: '1' });
+
+    // Assess
+    expect(set.status).toBe(200);
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain('latency.recaptcha_v2');
+    expect(s.latency().recaptcha_v2).toEqual({ kind: 'lognormal', medianMs: 400, sigma: 0.01 });
+    expect(JSON.parse(early.text).request).toBe('CAPCHA_NOT_READY');
+    expect(JSON.parse(late.text).status).toBe(1);
+  });
+
   it('reports threadsinfo like CaptchaAI: threads as a string, working threads as a number', async () => {
     // Prepare
     const s = await standin({ threads: 3, faults: { neverFinish: 1 } });
