@@ -1,3 +1,4 @@
+import type { PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS, parsePerType } from '../functions/captchaai/timings.js';
 import { CAPTCHA_TYPES, type CaptchaType } from '../functions/captchaai/types.js';
 import { ConfigError } from '../functions/common/errors.js';
@@ -42,8 +43,16 @@ export interface ThreadgateConfig {
   readonly pollIntervalMs: Record<CaptchaType, number>;
   /** Wait between the submit and the first res.php poll, in ms, per CAPTCHA type (like pollIntervalMs). @default 15000 for reCAPTCHA, 5000 for Turnstile and image */
   readonly firstPollMs: Record<CaptchaType, number>;
-  /** Most res.php polls for one task; the last one is kept for the deadline (2..19). @default 17 */
+  /** Most res.php polls for one task on the static schedule; the last one is kept for the deadline (2..19). @default 17 */
   readonly pollBudget: number;
+  /**
+   * `learned`: each worker environment places its polls from the solve times it has seen, per
+   * CAPTCHA type, within `pollMeanBudget`; `static`: the schedule of firstPollMs, pollIntervalMs
+   * and pollBudget, pinned (functions/captchaai/poll-schedule.ts). @default learned
+   */
+  readonly pollSchedule: PollScheduleMode;
+  /** Mean res.php calls per solve the learned schedule may spend (1..19). @default 12 */
+  readonly pollMeanBudget: number;
   /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
@@ -83,6 +92,8 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'pollIntervalMs',
   'firstPollMs',
   'pollBudget',
+  'pollSchedule',
+  'pollMeanBudget',
   'workerTimeoutSeconds',
   'maxReceiveCount',
   'transientReceiveLimit',
@@ -220,7 +231,14 @@ function readEndpoints(
 
 type Timings = Pick<
   ThreadgateConfig,
-  'timeScale' | 'targetTimeoutMs' | 'cooldownMs' | 'pollIntervalMs' | 'firstPollMs' | 'pollBudget'
+  | 'timeScale'
+  | 'targetTimeoutMs'
+  | 'cooldownMs'
+  | 'pollIntervalMs'
+  | 'firstPollMs'
+  | 'pollBudget'
+  | 'pollSchedule'
+  | 'pollMeanBudget'
 >;
 
 /** The time scale, the target's timeout, the cool-down and the polling schedule. */
@@ -238,7 +256,21 @@ function readTimings(input: ThreadgateSettings): Timings {
   const firstPollMs = readPerType(input, 'firstPollMs', DEFAULTS.firstPollMs, { min: 0, max: 120_000 });
   // Above 19 a key risks the block 2captcha-compatible services apply at about 20 polls per task.
   const pollBudget = readInteger(input, 'pollBudget', DEFAULTS.pollBudget, { min: 2, max: 19 });
-  return { timeScale, targetTimeoutMs, cooldownMs, pollIntervalMs, firstPollMs, pollBudget };
+  const pollSchedule = readString(input, 'pollSchedule', DEFAULTS.pollSchedule);
+  if (pollSchedule !== 'learned' && pollSchedule !== 'static') {
+    throw new ConfigError('pollSchedule', `must be "learned" or "static", got "${pollSchedule}"`);
+  }
+  const pollMeanBudget = readNumber(input, 'pollMeanBudget', DEFAULTS.pollMeanBudget, { min: 1, max: 19 });
+  return {
+    timeScale,
+    targetTimeoutMs,
+    cooldownMs,
+    pollIntervalMs,
+    firstPollMs,
+    pollBudget,
+    pollSchedule,
+    pollMeanBudget,
+  };
 }
 
 /** The worker's timeout: it covers the worst-case attempt, within Lambda's and SQS's limits. */

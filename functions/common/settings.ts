@@ -1,3 +1,4 @@
+import { DEFAULT_POLL_SCHEDULE } from '../captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS } from '../captchaai/timings.js';
 
 /**
@@ -26,6 +27,8 @@ export const DEFAULTS = {
   pollIntervalMs: DEFAULT_TIMINGS.pollIntervalMs,
   firstPollMs: DEFAULT_TIMINGS.firstPollMs,
   pollBudget: DEFAULT_TIMINGS.pollBudget,
+  pollSchedule: DEFAULT_POLL_SCHEDULE.mode,
+  pollMeanBudget: DEFAULT_POLL_SCHEDULE.meanBudget,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,

@@ -60,6 +60,8 @@ export class Worker extends Construct {
       CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(config.pollIntervalMs),
       CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(config.firstPollMs),
       CAPTCHAAI_POLL_BUDGET: String(config.pollBudget),
+      CAPTCHAAI_POLL_SCHEDULE: config.pollSchedule,
+      CAPTCHAAI_POLL_MEAN_BUDGET: String(config.pollMeanBudget),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,

@@ -309,6 +309,8 @@ describe('ThreadgateStack with default settings', () => {
         'CAPTCHAAI_POLL_INTERVAL_MS',
         'CAPTCHAAI_FIRST_POLL_MS',
         'CAPTCHAAI_POLL_BUDGET',
+        'CAPTCHAAI_POLL_SCHEDULE',
+        'CAPTCHAAI_POLL_MEAN_BUDGET',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'NODE_OPTIONS',
@@ -323,6 +325,8 @@ describe('ThreadgateStack with default settings', () => {
       CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(DEFAULT_TIMINGS.pollIntervalMs),
       CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(DEFAULT_TIMINGS.firstPollMs),
       CAPTCHAAI_POLL_BUDGET: '17',
+      CAPTCHAAI_POLL_SCHEDULE: 'learned',
+      CAPTCHAAI_POLL_MEAN_BUDGET: '12',
       POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
       NODE_OPTIONS: '--enable-source-maps',
     });
@@ -724,6 +728,8 @@ describe('settings validation at synth time', () => {
       /^pollIntervalMs: unknown CAPTCHA type "hcaptcha"/,
     ],
     ['pollBudget', { pollBudget: 25 }, /^pollBudget: must be <= 19/],
+    ['pollSchedule', { pollSchedule: 'fast' }, /^pollSchedule: must be "learned" or "static"/],
+    ['pollMeanBudget', { pollMeanBudget: 0 }, /^pollMeanBudget: must be >= 1/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>
