@@ -57,7 +57,7 @@ export interface ThreadgateProps {
   readonly firstPollMs?: PerCaptchaTypeMs;
   /** Most res.php polls of one task, the last kept for the deadline (2..19). @default 17 */
   readonly pollBudget?: number;
-  /** `learned` (polls placed from each environment's own solve times, per type) or `static` (firstPollMs, pollIntervalMs and pollBudget, pinned). @default learned */
+  /** `learned` (polls placed from each environment's own solve times, per type) or `static` (firstPollMs, pollIntervalMs and pollBudget, pinned). @default 'learned' */
   readonly pollSchedule?: 'learned' | 'static';
   /** Mean res.php calls per solve the learned schedule may spend (1–19). @default 12 */
   readonly pollMeanBudget?: number;
