@@ -27,11 +27,15 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   local: async () => (await import('./local.js')).registerLocal,
 };
 
+/** Every command's name, in the order of the overall help. */
+export const COMMAND_NAMES = Object.keys(COMMANDS);
+
 /**
  * Commands that need a checkout of the repository (the local stack, its stand-ins, the
- * benchmark and the load run): the published package leaves them out.
+ * benchmark, the load and chaos runs): the published package leaves them out (package.json
+ * `files`; a test checks both lists).
  */
-export const DEVELOPMENT_COMMANDS = ['standin', 'bench', 'load', 'local'] as const;
+export const DEVELOPMENT_COMMANDS = ['standin', 'bench', 'load', 'chaos', 'local'] as const;
 
 /** A development command in the installed package: registered as a stub that says where it runs. */
 function checkoutOnly(name: string): Register {

@@ -1,0 +1,37 @@
+import { readFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { registerLoad } from '../../../cli/commands/load.js';
+import { PACKAGE_ROOT } from '../../../infra/package-root.js';
+
+/**
+ * Figures and lists quoted in more than one place come from one source: the load run's wall
+ * time from the run docs/load.md records, the acknowledged cdk-nag findings from
+ * infra/constructs/nag-acknowledgements.ts.
+ */
+const read = (path: string) => readFileSync(`${PACKAGE_ROOT}${path}`, 'utf8');
+
+describe('quoted figures', () => {
+  it("quotes the recorded load run's wall time in the README and in `threadgate load --help`", () => {
+    const wall = /\n {2}wall ([\d.]+) s /.exec(read('docs/load.md'))?.[1];
+    expect(wall).toBeDefined();
+    const program = new Command('threadgate');
+    registerLoad(program);
+    let help = '';
+    const load = program.commands.find((c) => c.name() === 'load')!;
+    load.configureOutput({ writeOut: (s) => (help += s) });
+    load.outputHelp();
+    expect(help).toMatch(new RegExp(`took\\s+${wall!.replace('.', '\\.')} s`));
+    expect(read('README.md')).toContain(`${wall} s wall`);
+  });
+});
+
+describe('docs/security.md', () => {
+  it('lists every cdk-nag finding infra/constructs/nag-acknowledgements.ts acknowledges, and no other', () => {
+    const code = read('infra/constructs/nag-acknowledgements.ts');
+    const ids = [...code.matchAll(/id: 'AwsSolutions::([^']+)'/g)].map((m) => m[1] as string);
+    const doc = read('docs/security.md');
+    const listed = [...doc.matchAll(/^- `(AwsSolutions-[^`]+)` on /gm)].map((m) => m[1] as string);
+    expect(listed).toEqual(ids);
+  });
+});
