@@ -29,7 +29,15 @@ export interface ChaosEvidence {
   logText: string;
   /** Strings that must appear in no log: the API key and every token the target received. */
   secrets: string[];
+  /** The stand-in's token shape (local/standins/captchaai/http.ts makeToken): no match may be in a log either. */
+  tokenPattern?: RegExp;
 }
+
+/**
+ * Slack on the deadline check: the stand-in stamps in.php when it arrives, the worker starts its
+ * deadline when it sends, so two stamps of one gap differ by the network's jitter.
+ */
+export const DEADLINE_SLACK_MS = 50;
 
 export interface ChaosFigures {
   records: number;
@@ -94,7 +102,7 @@ function submits(evidence: ChaosEvidence) {
       const before = last.get(e.record);
       if (before && !before.unsolvable) {
         const wait = evidence.deadlineMs + (before.lost ? evidence.cooldownMs : 0);
-        if (e.t - before.t < wait)
+        if (e.t - before.t < wait - DEADLINE_SLACK_MS)
           early.push(`${e.record} (${e.t - before.t} ms after task ${before.taskId}, ${wait} ms needed)`);
       }
       if (e.taskId === undefined) continue;
@@ -148,7 +156,8 @@ export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
   if (evidence.dlqKeys.length) violations.push(`DLQ not empty: ${few(evidence.dlqKeys)}`);
   if (evidence.queueLeft) violations.push(`jobs queue not empty: ${evidence.queueLeft} messages left`);
   const leaked = evidence.secrets.filter((s) => s.length >= 8 && evidence.logText.includes(s));
-  if (leaked.length) violations.push(`${leaked.length} secret(s) (the key or a token) found in the logs`);
+  if (leaked.length || evidence.tokenPattern?.test(evidence.logText))
+    violations.push(`${leaked.length || 'a'} secret(s) (the key or a token) found in the logs`);
 
   return {
     figures: {

@@ -35,6 +35,9 @@ export interface ChaosResult extends ChaosVerdict {
   timedOut: boolean;
 }
 
+/** The stand-in's tokens (local/standins/captchaai/http.ts makeToken). */
+const TOKEN_PATTERN = /0\.[\w-]{100,}|03A[\w-]{100,}/;
+
 function logsOf(dir: string): string {
   return readdirSync(dir, { recursive: true, withFileTypes: true })
     .filter((entry) => entry.isFile())
@@ -176,6 +179,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       queueLeft: depth.visible + depth.inFlight,
       logText: logsOf(logDir),
       secrets: [stack.apiKey, ...stack.site.receivedTokens()],
+      tokenPattern: TOKEN_PATTERN,
     });
     if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
     const failed = (pred: (r: (typeof rules)[number]) => boolean) =>
