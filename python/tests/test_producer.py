@@ -97,17 +97,18 @@ def rows(**counts):
 
 class WaitRules(unittest.TestCase):
     def test_done_codes(self):
-        self.assertEqual(tally(rows(submitted=3), 3)[2], tg.EXIT_OK)
-        self.assertEqual(tally(rows(submitted=2, failed=1), 3)[2], tg.EXIT_BAD_TASK)
-        self.assertEqual(tally(rows(submitted=2, rejected=1), 3)[2], tg.EXIT_BAD_TASK)
-        self.assertEqual(tally(rows(submitted=1, failed=1, stopped=1), 3)[2], tg.EXIT_STOP)
+        self.assertEqual(tally(rows(submitted=3), 3)[2], ("done", tg.EXIT_OK))
+        self.assertEqual(tally(rows(submitted=2, failed=1), 3)[2], ("done", tg.EXIT_BAD_TASK))
+        self.assertEqual(tally(rows(submitted=2, rejected=1), 3)[2], ("done", tg.EXIT_BAD_TASK))
+        self.assertEqual(tally(rows(submitted=1, failed=1, stopped=1), 3)[2], ("done", tg.EXIT_STOP))
 
     def test_not_done_while_short_or_a_row_is_in_progress(self):
         self.assertIsNone(tally(rows(submitted=2), 3)[2])
-        self.assertIsNone(tally(rows(submitted=3, in_progress=1), 3)[2])
+        self.assertIsNone(tally(rows(submitted=3, in_progress=1), 4)[2])
 
-    def test_more_ended_than_expected_is_an_error(self):
-        self.assertEqual(tally(rows(submitted=4), 3)[2], tg.EXIT_BAD_TASK)
+    def test_more_records_than_expected_ends_at_once_with_2(self):
+        self.assertEqual(tally(rows(submitted=4), 3)[2], ("too_many", tg.EXIT_BAD_TASK))
+        self.assertEqual(tally(rows(submitted=1, in_progress=3), 3)[2], ("too_many", tg.EXIT_BAD_TASK))
 
     def test_times_out_with_4(self):
         clock = iter(range(0, 1000, 5))

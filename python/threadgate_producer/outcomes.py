@@ -85,7 +85,7 @@ class WaitResult:
     ended: int
     #: Rows by status (submitted, failed, rejected, stopped, in_progress).
     counts: Dict[str, int]
-    #: done, paused or timeout.
+    #: done, too_many, paused or timeout.
     end: str
     exit_code: int
     message: str
@@ -93,20 +93,23 @@ class WaitResult:
 
 
 def tally(rows, expected):
-    """Counts by status, records ended and the exit code once done (None while not done)."""
+    """Counts by status, records ended, and how the wait ends now: ("too_many" or "done", exit code),
+    or None while it goes on. The rules of `threadgate wait` (cli/commands/wait.ts): more records
+    under the batch than expected ends it at once with 2 (the batch_id was used before, or the
+    count misses a part); it is done only when `expected` records ended and none is in progress."""
     counts: Dict[str, int] = {}
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     ended = sum(counts.get(s, 0) for s in ENDED)
+    if len(rows) > expected:
+        return counts, ended, ("too_many", EXIT_BAD_TASK)
     if ended < expected or counts.get("in_progress", 0) > 0:
         return counts, ended, None
-    if ended > expected:
-        return counts, ended, EXIT_BAD_TASK
     if counts.get("stopped", 0):
-        return counts, ended, EXIT_STOP
+        return counts, ended, ("done", EXIT_STOP)
     if counts.get("failed", 0) + counts.get("rejected", 0):
-        return counts, ended, EXIT_BAD_TASK
-    return counts, ended, EXIT_OK
+        return counts, ended, ("done", EXIT_BAD_TASK)
+    return counts, ended, ("done", EXIT_OK)
 
 
 def _paused(ssm, parameter):
@@ -121,10 +124,10 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
          sleep=time.sleep, now=time.monotonic) -> WaitResult:
     """Polls the batch's rows until it is done, the pipeline is paused, or `timeout_s` passes.
 
-    Done, as for `threadgate wait`: `expect` records ended (submitted, failed, rejected or
-    stopped) and none is in progress; exit code 3 if one was stopped (the pipeline paused on a
-    stop-class error), 2 if one failed or was rejected, or if more records ended than expected,
-    else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
+    As `threadgate wait` decides: more rows under the batch than `expect` end it at once
+    ("too_many", exit 2); it is done when `expect` records ended (submitted, failed, rejected or
+    stopped) and none is in progress, with exit code 3 if one was stopped (the pipeline paused
+    on a stop-class error), 2 if one failed or was rejected, else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
     makes it time out.
@@ -134,14 +137,17 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     started = now()
     while True:
         rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
-        counts, ended, code = tally(rows, expect)
+        counts, ended, verdict = tally(rows, expect)
 
         def result(end, exit_code, message):
             return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows)
 
-        if code is not None:
-            extra = f" ({ended} ended, more than the {expect} expected)" if ended > expect else ""
-            return result("done", code, f"batch {batch_id}: all {expect} records ended{extra}")
+        if verdict == ("too_many", EXIT_BAD_TASK):
+            return result("too_many", EXIT_BAD_TASK,
+                          f"batch {batch_id}: {len(rows)} records carry this batch_id, more than the {expect} "
+                          "expected: the batch_id was used before, or the expected count misses a part")
+        if verdict is not None:
+            return result("done", verdict[1], f"batch {batch_id}: all {expect} records ended")
         paused = _paused(ssm, state_parameter)
         if paused:
             return result("paused", EXIT_STOP, f"batch {batch_id}: {expect - ended} of {expect} records have not "
