@@ -5,7 +5,7 @@ import { OutcomesStore } from '../../functions/records/store.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
-import { OUTCOME_STATUSES } from './status.js';
+import { OUTCOME_STATUSES, OUTCOME_UNKNOWN } from './status.js';
 
 /**
  * The columns of an outcome row, in export order. Only these are read (ProjectionExpression)
@@ -17,6 +17,7 @@ interface OutcomesOptions extends StackOptions {
   batch?: string;
   keys?: string;
   status?: string;
+  reason?: string;
   since?: string;
   format: string;
   limit?: string;
@@ -35,6 +36,7 @@ export function registerOutcomes(program: Command): void {
       'only the rows of these record keys (one per line, or the JSON lines of a job file; - for stdin), read by key',
     )
     .option('--status <status>', `only rows with this status (${OUTCOME_STATUSES.join(', ')})`)
+    .option('--reason <reason>', `only rows with this reason, e.g. ${OUTCOME_UNKNOWN} (to reconcile by hand)`)
     .option(
       '--since <time>',
       'only rows updated at or after TIME: ISO 8601 (2026-11-30T09:00Z) or an age (90m, 2h, 3d)',
@@ -47,6 +49,7 @@ export function registerOutcomes(program: Command): void {
       '\nExamples:\n  $ threadgate outcomes --status failed --since 2h\n' +
         '  $ threadgate outcomes --batch nightly-2026-12-01 --format csv > batch.csv\n' +
         '  $ threadgate outcomes --keys jobs.jsonl\n' +
+        `  $ threadgate outcomes --reason ${OUTCOME_UNKNOWN} --format csv   # the form may have taken these\n` +
         '  $ threadgate outcomes --format csv > outcomes.csv\n' +
         "  $ threadgate outcomes --json | jq 'length'\n",
     )
@@ -70,20 +73,29 @@ export function registerOutcomes(program: Command): void {
       await withStack(options, async (aws, stack) => {
         const table = output(stack, 'TableName');
         const writer = rowWriter(format as 'jsonl' | 'csv' | 'json');
-        const filter = { status: options.status, since };
+        const filter = { status: options.status, reason: options.reason, since };
         const rows = selection
           ? selectedOutcomeRows(aws, table, selection, filter)
           : outcomeRows(aws, table, filter);
         let n = 0;
+        let unknown = 0;
         for await (const row of rows) {
           writer.row(row);
           n += 1;
+          if (row.status === 'failed' && row.reason === OUTCOME_UNKNOWN) unknown += 1;
           if (limit !== undefined && n >= limit) break;
         }
         writer.end();
         const of = selection ? ` of ${describeSelection(selection)}` : '';
         process.stderr.write(`${n} outcome row${n === 1 ? '' : 's'}${of} from ${table}\n`);
-        if (selection?.kind === 'keys' && limit === undefined && filter.status === undefined && !since) {
+        if (unknown > 0) {
+          process.stderr.write(
+            `${unknown} of them failed ${OUTCOME_UNKNOWN}: the form may have taken ${unknown === 1 ? 'it' : 'them'} although the answer was lost; ` +
+              'check each at the target and reconcile by hand (docs/outcomes.md)\n',
+          );
+        }
+        const unfiltered = filter.status === undefined && filter.reason === undefined && !since;
+        if (selection?.kind === 'keys' && limit === undefined && unfiltered) {
           const missing = selection.keys.length - n;
           if (missing > 0) process.stderr.write(`${missing} of the keys have no row (yet)\n`);
         }
@@ -112,15 +124,18 @@ export function parseSince(raw: string, now: Date): string {
 
 type Row = Record<string, unknown>;
 
+/** The row filters of --status, --reason and --since. */
+interface Filter {
+  status?: string;
+  reason?: string;
+  since?: string;
+}
+
 /**
  * Every matching row, page by page (Scan with the filters as a FilterExpression: the table's
  * only key is record_key, so there is nothing narrower to query).
  */
-async function* outcomeRows(
-  aws: AwsContext,
-  table: string,
-  filter: { status?: string; since?: string },
-): AsyncGenerator<Row> {
+async function* outcomeRows(aws: AwsContext, table: string, filter: Filter): AsyncGenerator<Row> {
   const names: Record<string, string> = {};
   OUTCOME_COLUMNS.forEach((c, i) => {
     names[`#c${i}`] = c;
@@ -130,6 +145,10 @@ async function* outcomeRows(
   if (filter.status) {
     values[':status'] = filter.status;
     conditions.push(`#c${OUTCOME_COLUMNS.indexOf('status')} = :status`);
+  }
+  if (filter.reason !== undefined) {
+    values[':reason'] = filter.reason;
+    conditions.push(`#c${OUTCOME_COLUMNS.indexOf('reason')} = :reason`);
   }
   if (filter.since) {
     values[':since'] = filter.since;
@@ -157,11 +176,12 @@ async function* selectedOutcomeRows(
   aws: AwsContext,
   table: string,
   selection: Selection,
-  filter: { status?: string; since?: string },
+  filter: Filter,
 ): AsyncGenerator<Row> {
   const store = new OutcomesStore({ client: aws.clients.dynamodb, tableName: table });
   for (const row of await selectedRows(store, selection)) {
     if (filter.status !== undefined && row.status !== filter.status) continue;
+    if (filter.reason !== undefined && row.reason !== filter.reason) continue;
     if (filter.since !== undefined && (row.updated_at ?? '') < filter.since) continue;
     yield row as unknown as Row;
   }

@@ -28,6 +28,19 @@ interface StatusOptions extends StackOptions {
 
 export { OUTCOME_STATUSES };
 
+/**
+ * The reason the worker writes (status `failed`) when the form may have taken a record although
+ * its answer was lost: an operator reconciles these by hand (docs/outcomes.md).
+ */
+export const OUTCOME_UNKNOWN = 'OUTCOME_UNKNOWN';
+
+/** The pipeline-state parameter and the mapping disagree, and what to run to make them agree. */
+export interface PipelineMismatch {
+  kind: 'paused_but_mapping_enabled' | 'mapping_disabled_but_not_paused';
+  message: string;
+  fix: string;
+}
+
 export interface StatusReport {
   stack: string;
   at: string;
@@ -43,6 +56,8 @@ export interface StatusReport {
     code?: string;
     since?: string;
     by?: string;
+    /** Set when the parameter and the mapping disagree (a pause or resume whose second step failed). */
+    mismatch: PipelineMismatch | null;
   };
   /**
    * The cap in force: solves allowed in flight now (functions/pipeline/cap-policy.ts capInForce):
@@ -66,8 +81,12 @@ export interface StatusReport {
     | { error: string };
   queue: { depth: number; inFlight: number; delayed: number };
   dlq: { depth: number; inFlight: number };
+  /** The outcome stream's failure queue: records the stream gave up publishing (null without the stream). */
+  outcomeFailures: { queueUrl: string; depth: number; inFlight: number } | null;
   /** Outcome rows by status (null with --no-outcomes). */
   outcomes: Record<string, number> | null;
+  /** Rows `failed` with reason OUTCOME_UNKNOWN: to reconcile by hand (null with --no-outcomes). */
+  outcomeUnknown: number | null;
   warnings: string[];
 }
 
@@ -119,23 +138,32 @@ export async function collectStatus(
   const control = pipelineControl(aws, stack);
   const worker = output(stack, 'WorkerFunctionName');
   const warnings: string[] = [];
-  const [reading, queue, dlq, plan, outcomes] = await Promise.all([
+  const failuresUrl = stack.outputs.OutcomeFailuresQueueUrl;
+  const [reading, queue, dlq, plan, outcomes, failures] = await Promise.all([
     readCap({ lambda: aws.clients.lambda, control, workerFunctionName: worker }),
     queueCounts(aws, output(stack, 'QueueUrl')),
     queueCounts(aws, output(stack, 'DlqUrl')),
     planStatus(aws, stack),
     countOutcomes ? outcomesByStatus(aws, output(stack, 'TableName')) : Promise.resolve(null),
+    failuresUrl ? queueCounts(aws, failuresUrl) : Promise.resolve(null),
   ]);
   const { mapping, state } = reading;
   const reserved = reading.knobs.reservedConcurrency ?? null;
   const maximum = reading.knobs.mappingMaximum ?? null;
-  if (state.paused && mapping.enabled) {
+  // Shown under the pipeline line (and as pipeline.mismatch in --json), not again as a warning.
+  const mismatch = pipelineMismatch(state, mapping);
+  const outcomeUnknown = outcomes ? (outcomes[OUTCOME_UNKNOWN] ?? 0) : null;
+  if (outcomes) delete outcomes[OUTCOME_UNKNOWN];
+  if (outcomeUnknown) {
     warnings.push(
-      'the pipeline state says paused but the mapping is enabled; run `threadgate pause` or `threadgate resume` to make them agree',
+      `${outcomeUnknown} record${outcomeUnknown === 1 ? '' : 's'} failed ${OUTCOME_UNKNOWN}: the form may have taken ${outcomeUnknown === 1 ? 'it' : 'them'} although the answer was lost; ` +
+        `check each at the target and reconcile by hand (\`threadgate outcomes --reason ${OUTCOME_UNKNOWN}\` lists them; docs/outcomes.md)`,
     );
   }
-  if (!state.paused && !mapping.enabled) {
-    warnings.push('the mapping is disabled but no pause is recorded; `threadgate resume` enables it');
+  if (failures && failures.visible + failures.notVisible > 0) {
+    warnings.push(
+      `${failures.visible + failures.notVisible} outcome stream record(s) could not be published and are in the failure queue: their outcomes are in the table but not on the outcomes queue (docs/outcomes.md says how to publish them again)`,
+    );
   }
   if (reserved === null) {
     warnings.push(
@@ -159,6 +187,7 @@ export async function collectStatus(
       code: state.code,
       since: state.since,
       by: state.by,
+      mismatch,
     },
     cap: reading.cap ?? null,
     reservedConcurrency: reserved,
@@ -167,9 +196,43 @@ export async function collectStatus(
     plan,
     queue: { depth: queue.visible, inFlight: queue.notVisible, delayed: queue.delayed },
     dlq: { depth: dlq.visible, inFlight: dlq.notVisible },
+    outcomeFailures:
+      failures && failuresUrl
+        ? { queueUrl: failuresUrl, depth: failures.visible, inFlight: failures.notVisible }
+        : null,
     outcomes,
+    outcomeUnknown,
     warnings,
   };
+}
+
+/**
+ * The pipeline-state parameter and the mapping disagree: a pause whose mapping update failed
+ * (or a mapping enabled by hand) leaves workers taking jobs under a recorded pause; a resume
+ * whose mapping update failed (or a pause whose state write failed, or a mapping disabled by
+ * hand) leaves nothing polled with no pause recorded. A pause or resume under way shows this
+ * for a moment; one that stays needs the command named in `fix`.
+ */
+export function pipelineMismatch(
+  state: { paused: boolean; reason?: string },
+  mapping: { enabled: boolean; state: string },
+): PipelineMismatch | null {
+  if (state.paused && mapping.enabled) {
+    const reason = JSON.stringify(state.reason ?? 'paused by operator');
+    return {
+      kind: 'paused_but_mapping_enabled',
+      message: `the pipeline-state parameter says paused but the mapping is ${mapping.state}: workers keep taking jobs`,
+      fix: `\`threadgate pause --reason ${reason}\` disables the mapping and keeps the pause (or \`threadgate resume\` once its cause is fixed)`,
+    };
+  }
+  if (!state.paused && !mapping.enabled) {
+    return {
+      kind: 'mapping_disabled_but_not_paused',
+      message: `the mapping is ${mapping.state} but no pause is recorded: nothing is polled and nothing says why`,
+      fix: '`threadgate resume` enables it (after checking threadsinfo), or `threadgate pause --reason TEXT` records why it stays off',
+    };
+  }
+  return null;
 }
 
 /** A queue's visible, in-flight and delayed message counts (also `threadgate wait`'s idle check). */
@@ -223,16 +286,24 @@ async function adjusterCapSettings(aws: AwsContext, stack: ThreadgateStack): Pro
   }
 }
 
+/** Rows by status, and under the key OUTCOME_UNKNOWN the `failed` rows with that reason (taken out by the caller). */
 async function outcomesByStatus(aws: AwsContext, table: string): Promise<Record<string, number>> {
   const counts: Record<string, number> = Object.fromEntries(OUTCOME_STATUSES.map((s) => [s, 0]));
+  counts[OUTCOME_UNKNOWN] = 0;
   const pages = paginateScan(
     { client: aws.clients.documents },
-    { TableName: table, ProjectionExpression: '#status', ExpressionAttributeNames: { '#status': 'status' } },
+    {
+      TableName: table,
+      ProjectionExpression: '#status, #reason',
+      ExpressionAttributeNames: { '#status': 'status', '#reason': 'reason' },
+    },
   );
   for await (const page of pages) {
     for (const item of page.Items ?? []) {
       const s = typeof item.status === 'string' ? item.status : 'unknown';
       counts[s] = (counts[s] ?? 0) + 1;
+      if (s === 'failed' && item.reason === OUTCOME_UNKNOWN)
+        counts[OUTCOME_UNKNOWN] = (counts[OUTCOME_UNKNOWN] ?? 0) + 1;
     }
   }
   return counts;
@@ -244,6 +315,10 @@ export function renderStatus(r: StatusReport): string {
   const running = p.enabled && !p.paused ? 'running' : p.paused ? 'PAUSED' : 'STOPPED (mapping disabled)';
   lines.push(`stack        ${r.stack}`);
   lines.push(`pipeline     ${running} (mapping ${p.mappingState})`);
+  if (p.mismatch) {
+    lines.push(`  MISMATCH   ${p.mismatch.message}`);
+    lines.push(`  to fix     ${p.mismatch.fix}`);
+  }
   if (p.paused || p.reason) {
     const detail = [p.code, p.by && `by ${p.by}`, p.since && `since ${p.since}`].filter(Boolean).join(', ');
     lines.push(`  reason     ${p.reason ?? '(none recorded)'}${detail ? ` [${detail}]` : ''}`);
@@ -265,9 +340,17 @@ export function renderStatus(r: StatusReport): string {
     `queue        ${r.queue.depth} waiting, ${r.queue.inFlight} in flight${r.queue.delayed ? `, ${r.queue.delayed} delayed` : ''}`,
   );
   lines.push(`dlq          ${r.dlq.depth} waiting${r.dlq.inFlight ? `, ${r.dlq.inFlight} in flight` : ''}`);
+  if (r.outcomeFailures) {
+    const f = r.outcomeFailures;
+    lines.push(
+      `stream       ${f.depth} record${f.depth === 1 ? '' : 's'} not published (failure queue)${f.inFlight ? `, ${f.inFlight} in flight` : ''}`,
+    );
+  }
   if (r.outcomes) {
     const total = Object.values(r.outcomes).reduce((a, b) => a + b, 0);
-    const parts = Object.entries(r.outcomes).map(([s, n]) => `${s} ${n}`);
+    const parts = Object.entries(r.outcomes).map(([s, n]) =>
+      s === 'failed' && r.outcomeUnknown ? `${s} ${n} (${OUTCOME_UNKNOWN} ${r.outcomeUnknown})` : `${s} ${n}`,
+    );
     lines.push(`outcomes     ${total} rows: ${parts.join(', ')}`);
   }
   for (const w of r.warnings) lines.push(`warning: ${w}`);

@@ -1,5 +1,7 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { LambdaClient, UpdateEventSourceMappingCommand } from '@aws-sdk/client-lambda';
 import { ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
+import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderChart } from '../../../cli/commands/status.js';
@@ -10,6 +12,8 @@ const API_KEY = 'status-suite-key-5f3a9c0e7d21b4a8';
 
 let stack: CliStack;
 let standin: CaptchaStandin;
+let documents: DynamoDBDocumentClient;
+let ssm: SSMClient;
 
 async function send(sqs: SQSClient, queueUrl: string, count: number, prefix: string): Promise<void> {
   await sqs.send(
@@ -46,7 +50,8 @@ beforeAll(async () => {
     }),
   );
   await send(sqs, stack.outputs.DlqUrl!, 2, 'dead');
-  const documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
+  documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
+  ssm = new SSMClient(stack.clientConfig);
   for (const [key, status] of [
     ['a', 'submitted'],
     ['b', 'submitted'],
@@ -170,6 +175,102 @@ describe('threadgate status', () => {
       .split('\n')
       .map((l) => JSON.parse(l));
     expect(reports.map((r) => r.cap)).toEqual([6, 6]);
+  });
+
+  it('shows when the pipeline-state parameter and the mapping disagree, and what to run; that command clears it', async () => {
+    // Prepare: a pause recorded but the mapping left enabled (a pause whose mapping update failed)
+    await ssm.send(
+      new PutParameterCommand({
+        Name: stack.outputs.PipelineStateParameter,
+        Overwrite: true,
+        Type: 'String',
+        Value: JSON.stringify({
+          paused: true,
+          reason: 'key revoked',
+          code: 'ERROR_KEY_DOES_NOT_EXIST',
+          by: 'worker',
+        }),
+      }),
+    );
+    // Act
+    const json = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+    const text = (await runCli(['status'], { env: cliEnv(stack.moto) })).stdout;
+    const fixed = await runCli(['pause', '--reason', 'key revoked'], { env: cliEnv(stack.moto) });
+    const after = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+    // Assess
+    expect(json.pipeline).toMatchObject({
+      paused: true,
+      enabled: true,
+      mismatch: { kind: 'paused_but_mapping_enabled' },
+    });
+    expect(json.pipeline.mismatch.fix).toContain('`threadgate pause --reason "key revoked"`');
+    expect(text).toMatch(/MISMATCH\s+the pipeline-state parameter says paused but the mapping is Enabled/);
+    expect(text).toMatch(/to fix\s+`threadgate pause --reason "key revoked"` disables the mapping/);
+    expect(fixed.code).toBe(0);
+    expect(after.pipeline).toMatchObject({ paused: true, enabled: false, mismatch: null });
+  });
+
+  it('shows a disabled mapping with no pause recorded, and `threadgate resume` clears it', async () => {
+    // Prepare: no pause recorded, the mapping disabled (a resume whose mapping update failed)
+    await ssm.send(
+      new PutParameterCommand({
+        Name: stack.outputs.PipelineStateParameter,
+        Overwrite: true,
+        Type: 'String',
+        Value: JSON.stringify({ paused: false }),
+      }),
+    );
+    const lambda = new LambdaClient(stack.clientConfig);
+    await lambda.send(
+      new UpdateEventSourceMappingCommand({ UUID: stack.outputs.MappingUuid, Enabled: false }),
+    );
+    // Act
+    const before = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+    const resume = await runCli(['resume'], { env: cliEnv(stack.moto) });
+    const after = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+    // Assess
+    expect(before.pipeline).toMatchObject({
+      paused: false,
+      enabled: false,
+      mismatch: { kind: 'mapping_disabled_but_not_paused' },
+    });
+    expect(before.pipeline.mismatch.fix).toContain('`threadgate resume` enables it');
+    expect(resume.code).toBe(0);
+    expect(after.pipeline).toMatchObject({ paused: false, enabled: true, mismatch: null });
+  });
+
+  it('counts OUTCOME_UNKNOWN rows apart from the other failures, and outcomes --reason lists them', async () => {
+    // Prepare: two records whose POST answer was lost, as the worker ends them
+    for (const key of ['u-1', 'u-2']) {
+      await documents.send(
+        new PutCommand({
+          TableName: stack.outputs.TableName,
+          Item: { record_key: key, status: 'failed', reason: 'OUTCOME_UNKNOWN' },
+        }),
+      );
+    }
+    // Act
+    const json = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+    const text = (await runCli(['status'], { env: cliEnv(stack.moto) })).stdout;
+    const listed = await runCli(['outcomes', '--reason', 'OUTCOME_UNKNOWN'], { env: cliEnv(stack.moto) });
+    // Assess
+    expect(json.outcomes).toMatchObject({ failed: 3 });
+    expect(json.outcomes).not.toHaveProperty('OUTCOME_UNKNOWN');
+    expect(json.outcomeUnknown).toBe(2);
+    expect(json.warnings.join('\n')).toContain(
+      '2 records failed OUTCOME_UNKNOWN: the form may have taken them',
+    );
+    expect(text).toMatch(/outcomes\s+5 rows: .*failed 3 \(OUTCOME_UNKNOWN 2\)/);
+    expect(text).toContain('reconcile by hand');
+    expect(listed.code).toBe(0);
+    expect(
+      listed.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).record_key)
+        .sort(),
+    ).toEqual(['u-1', 'u-2']);
+    expect(listed.stderr).toContain('2 of them failed OUTCOME_UNKNOWN');
   });
 
   it('never prints the API key', async () => {
