@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { registerLoad } from '../../../cli/commands/load.js';
+import { validateJobMessage } from '../../../functions/records/job-schema.js';
 import { PACKAGE_ROOT } from '../../../infra/package-root.js';
 
 /**
@@ -33,5 +34,16 @@ describe('docs/security.md', () => {
     const doc = read('docs/security.md');
     const listed = [...doc.matchAll(/^- `(AwsSolutions-[^`]+)` on /gm)].map((m) => m[1] as string);
     expect(listed).toEqual(ids);
+  });
+});
+
+describe('docs/producers.md', () => {
+  it('has a minimal real jobs.jsonl whose lines the job schema accepts', () => {
+    const doc = read('docs/producers.md');
+    const section = doc.slice(doc.indexOf('### A minimal real `jobs.jsonl`'));
+    const block = /```json\n([\s\S]*?)```/.exec(section)?.[1] ?? '';
+    const lines = block.trim().split('\n');
+    expect(lines.length).toBeGreaterThanOrEqual(2);
+    for (const line of lines) expect(validateJobMessage(line)).toMatchObject({ ok: true });
   });
 });
