@@ -4,18 +4,20 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import seedrandom from 'seedrandom';
+import { DEFAULT_POLL_SCHEDULE, type PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS } from '../functions/captchaai/timings.js';
-import type { CaptchaTask } from '../functions/captchaai/types.js';
+import type { CaptchaTask, CaptchaType } from '../functions/captchaai/types.js';
 import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/records/job-schema.js';
 import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
 import { untilPollerLimit } from '../local/stack/observation.js';
 import { generatedRecords, type RecordMix } from '../local/stack/records.js';
-import { DEFAULT_LATENCY } from '../local/standins/captchaai/standin.js';
+import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { cappedRun } from './capped-run.js';
 import { type BenchReport, buildReport } from './report/build.js';
 import { formatReport } from './report/format.js';
+import { modelFigures } from './simulate.js';
 import { expectedPollWaitMs, mixMeanMs, round } from './stats.js';
 
 /**
@@ -59,6 +61,10 @@ export interface BenchOptions {
    * order, so two runs (say, at two time scales) solve the same sample. @default 1
    */
   seed?: number;
+  /** Solve-time distributions of the stand-in per CAPTCHA type (the rest keep DEFAULT_LATENCY). */
+  latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
+  /** The worker's poll schedule (deploy-time setting pollSchedule). @default learned */
+  pollSchedule?: PollScheduleMode;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
@@ -121,7 +127,12 @@ function benchSettings(options: BenchOptions) {
 export type BenchSettings = ReturnType<typeof benchSettings>;
 
 /** The records to send, their CAPTCHA mix and the solve and poll times the mix predicts. */
-function benchRecords(stack: LocalStack, o: BenchSettings, mixOption: RecordMix | undefined) {
+function benchRecords(
+  stack: LocalStack,
+  o: BenchSettings,
+  mixOption: RecordMix | undefined,
+  latency: Record<CaptchaType, LatencyDistribution>,
+) {
   const bodies = generatedRecords(
     stack.site.url,
     stack.site.sitekey,
@@ -138,17 +149,13 @@ function benchRecords(stack: LocalStack, o: BenchSettings, mixOption: RecordMix 
     mix[type] = (mix[type] ?? 0) + 1;
     tasks.push(captchaTaskOf(v.job));
   }
-  const modelledMeanMs = mixMeanMs(mix, DEFAULT_LATENCY);
+  const modelledMeanMs = mixMeanMs(mix, latency);
   let predictedPollMs = 0;
   for (const [type, count] of Object.entries(mix)) {
-    const t = type as keyof typeof DEFAULT_LATENCY;
+    const t = type as CaptchaType;
     predictedPollMs +=
       count *
-      expectedPollWaitMs(
-        DEFAULT_LATENCY[t],
-        DEFAULT_TIMINGS.firstPollMs[t],
-        DEFAULT_TIMINGS.pollIntervalMs[t],
-      );
+      expectedPollWaitMs(latency[t], DEFAULT_TIMINGS.firstPollMs[t], DEFAULT_TIMINGS.pollIntervalMs[t]);
   }
   predictedPollMs /= o.records;
   return { bodies, mix, tasks, modelledMeanMs, predictedPollMs };
@@ -168,6 +175,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     timeScale,
     targetDelays: o.targetDelays,
     random: seedrandom(String(o.seed)),
+    // Only a pinned schedule is a setting: the default keeps the cached synth of a plain stack.
+    ...(options.pollSchedule ? { settings: { pollSchedule: options.pollSchedule } } : {}),
     onPhase: (m) => log(`bench: ${m}`),
   });
   let report: BenchReport;
@@ -180,7 +189,23 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
           new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
         )
       ).MemorySize ?? 128;
-    const work = benchRecords(stack, o, options.mix);
+    // Set before any task exists, so the seeded draws are made with these distributions.
+    if (options.latency) stack.captcha.setLatency(options.latency);
+    const latency = stack.captcha.latency();
+    const work = benchRecords(stack, o, options.mix, latency);
+    const pollSchedule = {
+      ...DEFAULT_POLL_SCHEDULE,
+      mode: options.pollSchedule ?? DEFAULT_POLL_SCHEDULE.mode,
+    };
+    const model = modelFigures({
+      types: work.tasks.map((t) => t.type),
+      latency,
+      seed: o.seed,
+      slots: cap,
+      threads,
+      timings: DEFAULT_TIMINGS,
+      settings: pollSchedule,
+    });
     const startupS = (performance.now() - o.t0) / 1000;
     const run = await cappedRun(stack, o, work, options.timeoutMs);
     o.checkAborted();
@@ -200,6 +225,9 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       memoryMb,
       modelledMeanMs: work.modelledMeanMs,
       predictedPollMs: work.predictedPollMs,
+      latency,
+      pollSchedule,
+      model,
       targetDelays: o.targetDelays,
       ...run.measured,
       bareNodeRss: bareNodeRssBytes(),

@@ -1,6 +1,8 @@
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
+import type { CaptchaType } from '../../functions/captchaai/types.js';
+import { formatLatency } from '../../local/standins/captchaai/latency.js';
 import type { BaselineResult } from '../baseline.js';
 import { round } from '../stats.js';
 import { writeChart } from './chart.js';
@@ -44,7 +46,7 @@ export function buildReport(i: BuildInput): BenchReport {
     config: configSection(i),
     complete: i.runSummary.complete,
     outcomes: i.runSummary.outcomes,
-    efficiency: efficiencySection(f, slot),
+    efficiency: efficiencySection(i, f, slot),
     captchaai_calls: captchaaiCallsSection(i, f),
     utilization: { steady_state: round(f.util), worker_invocations_steady_state: round(f.invUtil) },
     max_in_flight: i.standin.maxInFlight,
@@ -92,11 +94,17 @@ function configSection(i: BuildInput): BenchReport['config'] {
     mix: i.mix,
     worker_memory_mb: i.memoryMb,
     target_delays_ms_unscaled: { page: i.targetDelays.pageMs, post: i.targetDelays.postMs },
+    latency: Object.fromEntries(
+      Object.keys(i.mix).map((type) => [type, formatLatency(i.latency[type as CaptchaType])]),
+    ),
     poll: {
+      schedule: i.pollSchedule.mode,
+      mean_budget: i.pollSchedule.meanBudget,
+      ceiling_learned: i.pollSchedule.maxPollsPerTask,
       first_poll_ms: { ...DEFAULT_TIMINGS.firstPollMs },
       interval_ms: { ...DEFAULT_TIMINGS.pollIntervalMs },
       budget: DEFAULT_TIMINGS.pollBudget,
-      note: 'the client waits first_poll_ms after a submit, then interval_ms between polls (unscaled), at most budget polls per task (the last one at the deadline)',
+      note: 'static: the client waits first_poll_ms after a submit, then interval_ms between polls (unscaled), at most budget polls per task (the last one at the deadline); learned: each environment starts on that schedule and, after 3 answers of a type, places its polls from the answers it read, within mean_budget calls per solve and ceiling_learned per task',
     },
   };
 }

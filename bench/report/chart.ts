@@ -26,7 +26,7 @@ export function writeChart(i: BuildInput, f: RunFacts, file: string): void {
     file,
     renderChart({
       title: `threadgate bench: ${i.records} records, plan ${i.threads} threads, cap ${i.cap}, time scale ${i.timeScale}`,
-      subtitle: `efficiency ${fmtNum(f.ssEff)} steady state (${fmtNum(f.wholeEff)} whole run), utilization ${fmtNum(f.util)}, max in flight ${i.standin.maxInFlight}, ZERO_BALANCE ${i.standin.zeroBalance}`,
+      subtitle: `efficiency ${fmtNum(f.ssEff)} steady state, ${fmtNum(f.wholeEff)} whole run = ${fmtNum(f.wholeEff / i.model.limit)} of the limit ${fmtNum(i.model.limit)} (${i.pollSchedule.mode} schedule simulated: ${fmtNum(i.model.schedules[i.pollSchedule.mode].efficiency)}), utilization ${fmtNum(f.util)}, max in flight ${i.standin.maxInFlight}, ZERO_BALANCE ${i.standin.zeroBalance}`,
       series: i.series,
       outcomes: bucketCounts(outcomeEvents, 0, tEnd, bucket),
       bucketSeconds: bucket,

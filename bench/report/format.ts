@@ -74,6 +74,21 @@ function outcomeRows(r: BenchReport): Row[] {
       `${n(r.efficiency.whole_run_loss.ramp_up, 4)} / ${n(r.efficiency.whole_run_loss.between_ramp_and_drain, 4)} / ${n(r.efficiency.whole_run_loss.drain, 4)}`,
       `ramp-up (${n(r.efficiency.whole_run_loss.ramp_up_s, 1)} s to cap in flight) / between / drain (last ${n(r.efficiency.whole_run_loss.drain_s, 1)} s, no new task), shares of the whole run`,
     ],
+    [
+      'limit on these draws / share',
+      `${n(r.efficiency.limit)} / ${n(r.efficiency.share_of_limit)}`,
+      'ideal client on the same solve times (same slots, arrival order, no overhead, answers seen at once); share = whole run ÷ limit',
+    ],
+    [
+      `  ${r.efficiency.simulated.schedule} schedule, simulated`,
+      `${n(r.efficiency.simulated.whole_run)} (${n(r.efficiency.simulated.share_of_limit)} of it)`,
+      `same draws, no pipeline: ${n(r.efficiency.simulated.res_php_per_solve, 2)} res.php per solve, max ${r.efficiency.simulated.res_php_max_per_task}, wait ${n(r.efficiency.simulated.mean_wait_ms_unscaled, 0)} ms; lost to polling ${n(r.efficiency.simulated.loss_to_polling)}, to the pipeline ${n(r.efficiency.simulated.loss_to_pipeline)}`,
+    ],
+    [
+      `  ${r.efficiency.simulated.other.schedule} schedule, simulated`,
+      `${n(r.efficiency.simulated.other.whole_run)} (${n(r.efficiency.simulated.other.share_of_limit)} of it)`,
+      `the other schedule on the same draws, ${n(r.efficiency.simulated.other.res_php_per_solve, 2)} res.php per solve`,
+    ],
   ];
 }
 
@@ -83,7 +98,7 @@ function callRows(r: BenchReport): Row[] {
     [
       'res.php calls per solve',
       n(r.captchaai_calls.res_php_per_solve, 2),
-      `max ${r.captchaai_calls.res_php_max_per_solve ?? 'n/a'} (budget ${r.config.poll.budget} per task); in.php per record ${n(r.captchaai_calls.in_php_per_record, 3)}; rate-limited answers ${r.captchaai_calls.rate_limited}`,
+      `max ${r.captchaai_calls.res_php_max_per_solve ?? 'n/a'} (${r.config.poll.schedule} schedule: mean budget ${r.config.poll.mean_budget}, ceiling ${r.config.poll.schedule === 'learned' ? r.config.poll.ceiling_learned : r.config.poll.budget} per task); in.php per record ${n(r.captchaai_calls.in_php_per_record, 3)}; rate-limited answers ${r.captchaai_calls.rate_limited}`,
     ],
     [
       'efficiency, projected at scale 1',
@@ -184,11 +199,7 @@ function costRows(r: BenchReport): Row[] {
       n(r.lambda.gb_s_per_solve, 2),
       `${r.lambda.memory_mb} MB arm64, warm, at time scale 1 (${n(r.lambda.gb_s_per_solve_all_invocations, 2)} incl. first invocations)`,
     ],
-    [
-      'worker memory, measured peak',
-      `${n(r.lambda.measured_memory_mb.estimated_environment_peak, 1)} MB`,
-      `per environment (heap ${n(r.lambda.measured_memory_mb.peak_heap_total, 1)} + external ${n(r.lambda.measured_memory_mb.peak_external, 1)} + bare Node ${n(r.lambda.measured_memory_mb.bare_node_rss, 1)} MB); 2× headroom needs ${r.lambda.measured_memory_mb.smallest_size_with_2x_headroom ?? 'n/a'} MB; deployed ${r.lambda.memory_mb} MB`,
-    ],
+    memoryRow(r),
     [
       'AWS cost per 1,000 solves',
       usd(r.aws_cost_per_1000.total),
@@ -230,5 +241,23 @@ function baselineRows(b: BaselineResult): Row[] {
       `+ ${n(b.redelivery_wait_s_unscaled, 0)} s awaiting redelivery (unscaled, summed over records); ${n(b.lambda_gb_s_in_backoff, 0)} GB-s billed for back-offs`,
     ],
     ['  elapsed', `${n(b.elapsed_s, 1)} s wall`, `${n(b.elapsed_s_unscaled, 0)} s unscaled`],
+  ];
+}
+
+/** The worker's measured memory: a process's own peak RSS, or the estimate from a thread's heap. */
+function memoryRow(r: BenchReport): Row {
+  const m = r.lambda.measured_memory_mb;
+  const n = (v: number | null) => (v === null || !Number.isFinite(v) ? 'n/a' : v.toFixed(1));
+  if (m.isolation === 'process') {
+    return [
+      'worker memory, peak RSS',
+      `${n(m.environment_peak_rss)} MB`,
+      `largest of ${m.environments} environments, each its own Node process under Lambda's heap flags for ${r.lambda.memory_mb} MB (up to ${m.most_invocations_per_environment} invocations each); 4/3 headroom needs ${m.smallest_size_with_headroom ?? 'n/a'} MB`,
+    ];
+  }
+  return [
+    'worker memory, estimated peak',
+    `${n(m.estimated_environment_peak)} MB`,
+    `per environment (heap ${n(m.peak_heap_total)} + external ${n(m.peak_external)} + bare Node ${n(m.bare_node_rss)} MB), worker threads; 2× headroom needs ${m.smallest_size_with_headroom ?? 'n/a'} MB; deployed ${r.lambda.memory_mb} MB`,
   ];
 }

@@ -1,5 +1,5 @@
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
-import { DEFAULT_LATENCY } from '../../local/standins/captchaai/standin.js';
+import type { CaptchaType } from '../../functions/captchaai/types.js';
 import {
   busyShare,
   efficiency,
@@ -161,8 +161,8 @@ export function pollWhatIf(i: BuildInput) {
   return [5_000, 2_000, 1_000].map((interval) => {
     let wait = 0;
     for (const [type, count] of Object.entries(i.mix)) {
-      const t = type as keyof typeof DEFAULT_LATENCY;
-      wait += count * expectedPollWaitMs(DEFAULT_LATENCY[t], DEFAULT_TIMINGS.firstPollMs[t], interval);
+      const t = type as CaptchaType;
+      wait += count * expectedPollWaitMs(i.latency[t], DEFAULT_TIMINGS.firstPollMs[t], interval);
     }
     wait /= i.records;
     return {

@@ -13,7 +13,11 @@ export function pct(s: Summary, digits = 1): Pct {
   return { p50: round(s.p50, digits), p95: round(s.p95, digits), p99: round(s.p99, digits) };
 }
 
-export function efficiencySection(f: RunFacts, slot: SlotCycle): BenchReport['efficiency'] {
+export function efficiencySection(i: BuildInput, f: RunFacts, slot: SlotCycle): BenchReport['efficiency'] {
+  const { limit, schedules } = i.model;
+  const mode = i.pollSchedule.mode;
+  const sim = schedules[mode];
+  const other = mode === 'learned' ? 'static' : 'learned';
   return {
     whole_run: round(f.wholeEff),
     steady_state: round(f.ssEff),
@@ -26,6 +30,24 @@ export function efficiencySection(f: RunFacts, slot: SlotCycle): BenchReport['ef
       drain: round(f.loss.drain, 4),
       ramp_up_s: round(f.loss.rampUpS, 1),
       drain_s: round(f.loss.drainS, 1),
+    },
+    limit: round(limit),
+    share_of_limit: round(f.wholeEff / limit),
+    simulated: {
+      schedule: mode,
+      whole_run: round(sim.efficiency),
+      share_of_limit: round(sim.efficiency / limit),
+      res_php_per_solve: round(sim.resPhpPerSolve, 2),
+      res_php_max_per_task: sim.resPhpMaxPerTask,
+      mean_wait_ms_unscaled: round(sim.meanWaitMs, 0),
+      loss_to_polling: round(limit - sim.efficiency),
+      loss_to_pipeline: round(sim.efficiency - f.wholeEff),
+      other: {
+        schedule: other,
+        whole_run: round(schedules[other].efficiency),
+        share_of_limit: round(schedules[other].efficiency / limit),
+        res_php_per_solve: round(schedules[other].resPhpPerSolve, 2),
+      },
     },
   };
 }

@@ -1,9 +1,13 @@
 /** The shape of the benchmark's report (bench/results/*.json) and of the measurements build.ts fills it from. */
 
+import type { PollScheduleSettings } from '../../functions/captchaai/poll-schedule.js';
+import type { CaptchaType } from '../../functions/captchaai/types.js';
 import type { EnvironmentMemory } from '../../local/runtime/types.js';
 import type { RunSummary } from '../../local/stack/run.js';
+import type { LatencyDistribution } from '../../local/standins/captchaai/latency.js';
 import type { BaselineResult } from '../baseline.js';
 import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
+import type { ModelFigures } from '../simulate.js';
 import type { ChartPoint } from '../svg.js';
 import type { Invocation } from '../worker-log.js';
 
@@ -25,7 +29,13 @@ export interface BenchReport {
     mix: Record<string, number>;
     worker_memory_mb: number;
     target_delays_ms_unscaled: { page: number; post: number };
+    /** The stand-in's solve-time distribution of each type in the mix (seconds, `threadgate bench --latency`). */
+    latency: Record<string, string>;
     poll: {
+      /** learned or static (functions/captchaai/poll-schedule.ts), its mean budget and per-task ceiling. */
+      schedule: string;
+      mean_budget: number;
+      ceiling_learned: number;
       first_poll_ms: Record<string, number>;
       interval_ms: Record<string, number>;
       budget: number;
@@ -45,6 +55,34 @@ export interface BenchReport {
     throughput_whole_run: number | null;
     throughput_steady_state: number | null;
     projected_time_scale_1: number | null;
+    /**
+     * The ideal client's whole-run efficiency on this run's draws (bench/simulate.ts: the same
+     * slots, records in arrival order, no overhead, every answer seen the moment it is ready).
+     */
+    limit: number | null;
+    /** whole_run ÷ limit: how much of what the draws allow the pipeline reached. */
+    share_of_limit: number | null;
+    /**
+     * The run's poll schedule simulated on the same draws, no pipeline (one schedule per slot):
+     * limit − whole_run splits into loss_to_polling (limit − simulated) and loss_to_pipeline
+     * (simulated − whole_run). `other`: the other schedule on the same draws.
+     */
+    simulated: {
+      schedule: string;
+      whole_run: number | null;
+      share_of_limit: number | null;
+      res_php_per_solve: number | null;
+      res_php_max_per_task: number;
+      mean_wait_ms_unscaled: number | null;
+      loss_to_polling: number | null;
+      loss_to_pipeline: number | null;
+      other: {
+        schedule: string;
+        whole_run: number | null;
+        share_of_limit: number | null;
+        res_php_per_solve: number | null;
+      };
+    };
     /**
      * Where the whole run's loss (1 − whole_run) falls, as shares of plan threads × whole-run
      * wall time: ramp_up from the first submit until cap tasks are first in flight together,
@@ -135,13 +173,16 @@ export interface BenchReport {
     /** Measured by the local runtime: the worst execution environment's peaks, MB. */
     measured_memory_mb: {
       environments: number;
+      isolation: 'thread' | 'process';
+      environment_peak_rss: number | null;
+      most_invocations_per_environment: number;
       peak_heap_used: number | null;
       peak_heap_total: number | null;
       peak_external: number | null;
       bare_node_rss: number | null;
       estimated_environment_peak: number | null;
       process_peak_rss_all_environments: number | null;
-      smallest_size_with_2x_headroom: number | null;
+      smallest_size_with_headroom: number | null;
       note: string;
     };
   };
@@ -186,6 +227,12 @@ export interface BuildInput {
   memoryMb: number;
   modelledMeanMs: number;
   predictedPollMs: number;
+  /** The stand-in's solve-time distributions during the run. */
+  latency: Record<CaptchaType, LatencyDistribution>;
+  /** The schedule the worker ran. */
+  pollSchedule: PollScheduleSettings;
+  /** The limit and the schedules simulated on the run's draws. */
+  model: ModelFigures;
   runStartedAt: number;
   series: ChartPoint[];
   /** The stand-in's cumulative busy thread-ms, sampled with the series. */

@@ -4,6 +4,7 @@ import { parseMix, type RecordMix } from '../../local/stack/records.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
 import { parseCount, parsePositive } from './solve.js';
+import { collectLatency, LATENCY_HELP, latencyFromOptions } from './standin.js';
 
 interface BenchCommandOptions {
   threads: number;
@@ -17,6 +18,8 @@ interface BenchCommandOptions {
   json?: boolean;
   mix?: RecordMix;
   seed: number;
+  latency: string[];
+  pollSchedule?: 'learned' | 'static';
 }
 
 /** `--mix TYPE=WEIGHT,…` (shared with `threadgate local`). */
@@ -26,6 +29,11 @@ export function parseMixOption(raw: string): RecordMix {
   } catch (err) {
     throw new InvalidArgumentError(err instanceof Error ? err.message : String(err));
   }
+}
+
+function parsePollSchedule(raw: string): 'learned' | 'static' {
+  if (raw !== 'learned' && raw !== 'static') throw new InvalidArgumentError('must be learned or static');
+  return raw;
 }
 
 export function parseAtLeastOne(raw: string): number {
@@ -84,6 +92,12 @@ export function registerBench(program: Command): void {
       parseCount,
       BENCH_DEFAULTS.seed,
     )
+    .option('--latency <TYPE=SPEC>', LATENCY_HELP, collectLatency, [])
+    .option(
+      '--poll-schedule <learned|static>',
+      "the worker's poll schedule (deploy-time setting pollSchedule; default learned)",
+      parsePollSchedule,
+    )
     .option('--no-baseline', 'skip the uncapped baseline')
     .option('--json', 'print the JSON report instead of the table')
     .addHelpText(
@@ -95,7 +109,8 @@ cap, a ZERO_BALANCE answer) or does not finish.
 
 Examples:
   npm run bench
-  npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline`,
+  npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline
+  npx threadgate bench --records 400 --mix recaptcha_v2=1 --latency recaptcha_v2=lognormal:12,0.4 --no-baseline`,
     )
     .action(async (opts: BenchCommandOptions) => {
       if (opts.reserve >= opts.threads) {
@@ -113,6 +128,8 @@ Examples:
           baseline: opts.baseline,
           mix: opts.mix,
           seed: opts.seed,
+          latency: latencyFromOptions(opts.latency),
+          ...(opts.pollSchedule ? { pollSchedule: opts.pollSchedule } : {}),
           log: (line) => process.stderr.write(`${line}\n`),
           signal,
         }),

@@ -1,14 +1,74 @@
+import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
 import type { LogSink } from './log-sink.js';
 import { type DeployedFunction, errorMessage, type InvokeResult, type MemorySample } from './types.js';
 
 const THREAD_BOOTSTRAP = new URL('./lambda-environment.mjs', import.meta.url);
 
-/** One worker thread = one execution environment, reused between invocations like a warm Lambda. */
+/**
+ * The V8 flags Lambda's managed Node.js runtime starts `node` with at a memory size of
+ * `memoryMb`: its bootstrap script (/var/runtime/bootstrap) computes new space = memory ÷ 10,
+ * semi space = new space ÷ 2 and old space = memory − new space, in MB, with integer division
+ * (docs/benchmark.md "Worker memory" cites the source and what is unverified).
+ */
+export function lambdaNodeArgs(memoryMb: number): string[] {
+  const newSpace = Math.floor(memoryMb / 10);
+  return [
+    '--expose-gc',
+    '--max-http-header-size=81920',
+    `--max-semi-space-size=${Math.floor(newSpace / 2)}`,
+    `--max-old-space-size=${memoryMb - newSpace}`,
+  ];
+}
+
+/** What the environment runs in: a worker thread or a process of its own, behind one interface. */
+interface EnvironmentChannel {
+  post(message: unknown): void;
+  // biome-ignore lint/suspicious/noExplicitAny: Worker and ChildProcess type their events apart; each caller types its own listener.
+  on(event: 'message' | 'error' | 'exit', listener: (arg: any) => void): void;
+  readonly stdout: Readable | null;
+  readonly stderr: Readable | null;
+  terminate(): Promise<number>;
+}
+
+function threadChannel(env: Record<string, string>, data: unknown): EnvironmentChannel {
+  const worker = new Worker(THREAD_BOOTSTRAP, { env, workerData: data, stdout: true, stderr: true });
+  return {
+    post: (m) => worker.postMessage(m),
+    on: (event, listener) => worker.on(event, listener),
+    stdout: worker.stdout,
+    stderr: worker.stderr,
+    terminate: () => worker.terminate(),
+  };
+}
+
+function processChannel(env: Record<string, string>, data: unknown, memoryMb: number): EnvironmentChannel {
+  const child = fork(THREAD_BOOTSTRAP, [JSON.stringify(data)], {
+    env,
+    execArgv: lambdaNodeArgs(memoryMb),
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    serialization: 'advanced',
+  });
+  return {
+    post: (m) => child.send(m as never),
+    on: (event, listener) => child.on(event, listener),
+    stdout: child.stdout,
+    stderr: child.stderr,
+    terminate: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve(child.exitCode ?? 1);
+        child.once('exit', (code) => resolve(code ?? 1));
+        child.kill('SIGKILL');
+      }),
+  };
+}
+
+/** One worker thread (or process) = one execution environment, reused between invocations like a warm Lambda. */
 export class ExecutionEnvironment {
   readonly id: string;
-  private readonly worker: Worker;
+  private readonly worker: EnvironmentChannel;
   private pending: { id: string; resolve: (r: InvokeResult) => void } | undefined;
   /** Resolves after the init phase: undefined when the handler loaded, else the init error. */
   private readonly ready: Promise<{ errorType: string; errorMessage: string } | undefined>;
@@ -19,6 +79,7 @@ export class ExecutionEnvironment {
     readonly fn: DeployedFunction,
     awsEnv: Record<string, string>,
     log: LogSink,
+    readonly isolation: 'thread' | 'process' = 'thread',
   ) {
     this.id = randomUUID().slice(0, 8);
     const region = awsEnv.AWS_REGION ?? 'us-east-1';
@@ -39,13 +100,11 @@ export class ExecutionEnvironment {
       // Lambda runs Node 22; the SDK's notice about this machine's Node 20 is noise in the log.
       AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
     };
-    this.worker = new Worker(THREAD_BOOTSTRAP, {
-      env,
-      workerData: { taskRoot: fn.taskRoot, handler: fn.handler },
-      stdout: true,
-      stderr: true,
-    });
+    const data = { taskRoot: fn.taskRoot, handler: fn.handler };
+    this.worker =
+      isolation === 'process' ? processChannel(env, data, fn.memorySize) : threadChannel(env, data);
     for (const stream of [this.worker.stdout, this.worker.stderr]) {
+      if (!stream) continue;
       let buffered = '';
       stream.setEncoding('utf8');
       stream.on('data', (chunk: string) => {
@@ -90,8 +149,8 @@ export class ExecutionEnvironment {
       this.pending = undefined;
       resolve({ ok: false, error: { errorType, errorMessage } });
     };
-    this.worker.on('error', (err) => fail('Runtime.ExitError', errorMessage(err)));
-    this.worker.on('exit', (code) =>
+    this.worker.on('error', (err: Error) => fail('Runtime.ExitError', errorMessage(err)));
+    this.worker.on('exit', (code: number | null) =>
       fail('Runtime.ExitError', `execution environment exited with code ${code}`),
     );
   }
@@ -102,6 +161,9 @@ export class ExecutionEnvironment {
     peakHeapTotal: 0,
     peakExternal: 0,
     peakRss: 0,
+    /** The operating system's peak RSS of the environment's process (all threads' in thread mode). */
+    peakOsRss: 0,
+    invocations: 0,
     last: undefined as MemorySample | undefined,
   };
 
@@ -110,6 +172,8 @@ export class ExecutionEnvironment {
     this.memory.peakHeapTotal = Math.max(this.memory.peakHeapTotal, m.heapTotal);
     this.memory.peakExternal = Math.max(this.memory.peakExternal, m.external);
     this.memory.peakRss = Math.max(this.memory.peakRss, m.rss);
+    this.memory.peakOsRss = Math.max(this.memory.peakOsRss, m.peakRss ?? 0);
+    this.memory.invocations += 1;
     this.memory.last = m;
   }
 
@@ -158,7 +222,7 @@ export class ExecutionEnvironment {
           resolve(r);
         },
       };
-      this.worker.postMessage({
+      this.worker.post({
         type: 'invoke',
         id: requestId,
         event,

@@ -31,6 +31,8 @@ export class FunctionHost {
   private idle: ExecutionEnvironment[] = [];
   private readonly busy = new Set<ExecutionEnvironment>();
   private readonly log: LogSink;
+  /** Worker threads, or a process per environment (LocalRuntimeOptions.isolation). */
+  private readonly isolation: 'thread' | 'process';
   fn: DeployedFunction | undefined;
 
   constructor(
@@ -40,6 +42,13 @@ export class FunctionHost {
     private readonly codeDirFor: (codeSha: string, location: string | undefined) => Promise<string>,
   ) {
     this.log = new LogSink(join(runtime.options.logDir, `${name}.log`), runtime.redactions);
+    this.isolation =
+      runtime.options.isolation ??
+      (process.env.THREADGATE_LOCAL_ENVIRONMENTS === 'process' ? 'process' : 'thread');
+  }
+
+  private environment(fn: DeployedFunction): ExecutionEnvironment {
+    return new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log, this.isolation);
   }
 
   /** Re-reads configuration and reserved concurrency; new code or env retires idle environments. */
@@ -86,10 +95,7 @@ export class FunctionHost {
   async prewarm(count: number): Promise<void> {
     const fn = this.fn;
     if (!fn) return;
-    const fresh = Array.from(
-      { length: Math.max(0, count - this.idle.length) },
-      () => new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log),
-    );
+    const fresh = Array.from({ length: Math.max(0, count - this.idle.length) }, () => this.environment(fn));
     await Promise.all(fresh.map((e) => e.whenReady()));
     this.idle.push(...fresh.filter((e) => !e.dead));
   }
@@ -100,7 +106,7 @@ export class FunctionHost {
     if (!m.last) return;
     const mb = (b: number) => (b / 1048576).toFixed(1);
     this.log.line(
-      `${env.id} REPORT RequestId: ${requestId} Heap Used: ${mb(m.last.heapUsed)} MB Peak Heap Total: ${mb(m.peakHeapTotal)} MB Peak External: ${mb(m.peakExternal)} MB Process RSS: ${mb(m.last.rss)} MB`,
+      `${env.id} REPORT RequestId: ${requestId} Heap Used: ${mb(m.last.heapUsed)} MB Peak Heap Total: ${mb(m.peakHeapTotal)} MB Peak External: ${mb(m.peakExternal)} MB Process RSS: ${mb(m.last.rss)} MB${env.isolation === 'process' ? ` Max Memory Used: ${mb(m.peakOsRss)} MB` : ''}`,
     );
     let entry = this.seen.get(env.id);
     if (!entry) {
@@ -112,6 +118,8 @@ export class FunctionHost {
       peakHeapUsed: m.peakHeapUsed,
       peakHeapTotal: m.peakHeapTotal,
       peakExternal: m.peakExternal,
+      invocations: m.invocations,
+      ...(env.isolation === 'process' ? { peakRss: m.peakOsRss } : {}),
     });
     this.stats.memory.processPeakRss = Math.max(this.stats.memory.processPeakRss, m.peakRss);
   }
@@ -120,7 +128,7 @@ export class FunctionHost {
     const fn = this.fn;
     if (!fn) throw new Error(`function ${this.name} is not loaded`);
     const requestId = randomUUID();
-    const env = this.idle.pop() ?? new ExecutionEnvironment(fn, this.runtime.options.awsEnv, this.log);
+    const env = this.idle.pop() ?? this.environment(fn);
     this.busy.add(env);
     this.stats.invocations++;
     this.stats.inFlight++;

@@ -1,6 +1,8 @@
 // One Lambda execution environment of the local runtime (local/runtime/local-runtime.ts), run as a worker
-// thread with the function's own environment variables. Plain JavaScript on purpose: the
-// thread loads only the bundle CDK built, never the repository's TypeScript.
+// thread with the function's own environment variables, or as a Node process of its own with
+// the V8 heap limits Lambda's Node.js runtime sets from the memory size (execution-environment.ts,
+// `isolation: 'process'`; then the messages go over the IPC channel). Plain JavaScript on purpose:
+// the environment loads only the bundle CDK built, never the repository's TypeScript.
 //
 // Protocol with the parent: {type: 'ready'} or {type: 'init-error', error} once the handler
 // module is loaded; then {type: 'invoke', id, event, context} in, {type: 'result', id, ok,
@@ -10,7 +12,16 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parentPort, workerData } from 'node:worker_threads';
+import { workerData as threadData, parentPort as threadPort } from 'node:worker_threads';
+
+// A worker thread talks through its parent port; a forked process through process.send.
+const parentPort = threadPort ?? {
+  postMessage: (message) => process.send?.(message),
+  on: (event, listener) => process.on(event, listener),
+};
+const workerData = threadData ?? JSON.parse(process.argv[2] ?? '{}');
+// A forked environment ends with its parent (Lambda's sandbox ends with the runtime).
+if (!threadPort) process.on('disconnect', () => process.exit(0));
 
 // Lambda honours NODE_OPTIONS=--enable-source-maps (NodejsFunction sets it with sourceMap: true);
 // worker threads ignore NODE_OPTIONS, so apply it here.
@@ -56,7 +67,10 @@ function callHandler(fn, event, context) {
 
 function memory() {
   const m = process.memoryUsage();
-  return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, rss: m.rss };
+  // maxRSS: the operating system's peak resident set of this process (KiB), the figure Lambda's
+  // "Max Memory Used" reports; in a worker thread it is the whole process's.
+  const peakRss = process.resourceUsage().maxRSS * 1024;
+  return { heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, rss: m.rss, peakRss };
 }
 
 function serializeError(err) {

@@ -51,6 +51,14 @@ export interface LocalRuntimeOptions {
    * two-core machine). Environments that time out or crash are replaced by cold ones. @default false
    */
   prewarm?: boolean;
+  /**
+   * `thread`: each execution environment is a worker thread of this process (cheap; its memory
+   * is estimated from its heap). `process`: each one is a Node process of its own started with
+   * the V8 heap limits Lambda's Node.js runtime sets from the function's memory size
+   * (execution-environment.ts lambdaNodeArgs), so its peak RSS is measured as Lambda counts it.
+   * @default the THREADGATE_LOCAL_ENVIRONMENTS variable (`process`), else `thread`
+   */
+  isolation?: 'thread' | 'process';
   /** Called for configuration changes and invocation failures (the CLI shows some of them). */
   onEvent?: (event: RuntimeEvent) => void;
 }
@@ -82,6 +90,10 @@ export interface EnvironmentMemory {
   peakHeapUsed: number;
   peakHeapTotal: number;
   peakExternal: number;
+  /** The environment's own peak RSS (bytes) when it runs as a process of its own; else undefined. */
+  peakRss?: number;
+  /** Invocations it ran. */
+  invocations?: number;
 }
 
 /**
@@ -93,12 +105,14 @@ export function environmentPeakBytes(e: EnvironmentMemory): number {
   return e.peakHeapTotal + e.peakExternal;
 }
 
-/** What an environment reports after an invocation (bytes; rss is the whole process's). */
+/** What an environment reports after an invocation (bytes; rss and peakRss are its process's). */
 export interface MemorySample {
   heapUsed: number;
   heapTotal: number;
   external: number;
   rss: number;
+  /** The process's peak RSS so far (the operating system's maxRSS). */
+  peakRss?: number;
 }
 
 export interface MappingStats {
