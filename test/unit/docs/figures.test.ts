@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
@@ -45,5 +46,29 @@ describe('docs/producers.md', () => {
     const lines = block.trim().split('\n');
     expect(lines.length).toBeGreaterThanOrEqual(2);
     for (const line of lines) expect(validateJobMessage(line)).toMatchObject({ ok: true });
+  });
+});
+
+describe("README's first section", () => {
+  it('gives each of the three kinds of user two commands, the Python one valid Python', () => {
+    const readme = read('README.md');
+    const start = readme.slice(readme.indexOf('## Start here'), readme.indexOf('## Developing threadgate'));
+    const blocks = [...start.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1] as string);
+    expect(blocks).toHaveLength(3);
+    const commands = blocks.map(
+      (b) =>
+        b
+          .replace(/'[^']*'/g, "'…'")
+          .trim()
+          .split('\n').length,
+    );
+    expect(commands).toEqual([2, 2, 2]);
+    const code = /python3 -c '([^']*)'/.exec(blocks[2] ?? '')?.[1] ?? '';
+    const parsed = spawnSync('python3', ['-c', 'import ast, sys; ast.parse(sys.stdin.read())'], {
+      input: code,
+      encoding: 'utf8',
+    });
+    expect(parsed.stderr).toBe('');
+    expect(parsed.status).toBe(0);
   });
 });
