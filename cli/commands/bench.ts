@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
+import { benchModel, formatModel } from '../../bench/model-only.js';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
 import { parseMix, type RecordMix } from '../../local/stack/records.js';
 import { CliError, EXIT } from '../exit-codes.js';
@@ -20,6 +21,7 @@ interface BenchCommandOptions {
   seed: number;
   latency: string[];
   pollSchedule?: 'learned' | 'static';
+  modelOnly?: boolean;
 }
 
 /** `--mix TYPE=WEIGHT,…` (shared with `threadgate local`). */
@@ -98,6 +100,10 @@ export function registerBench(program: Command): void {
       "the worker's poll schedule (deploy-time setting pollSchedule; default learned)",
       parsePollSchedule,
     )
+    .option(
+      '--model-only',
+      'print only the limit and both poll schedules simulated on the draws of this run (nothing is started)',
+    )
     .option('--no-baseline', 'skip the uncapped baseline')
     .option('--json', 'print the JSON report instead of the table')
     .addHelpText(
@@ -115,6 +121,18 @@ Examples:
     .action(async (opts: BenchCommandOptions) => {
       if (opts.reserve >= opts.threads) {
         throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
+      }
+      if (opts.modelOnly) {
+        const model = benchModel({
+          threads: opts.threads,
+          cap: opts.threads - opts.reserve,
+          records: opts.records,
+          seed: opts.seed,
+          ...(opts.mix ? { mix: opts.mix } : {}),
+          latency: latencyFromOptions(opts.latency),
+        });
+        process.stdout.write(opts.json ? `${JSON.stringify(model, null, 2)}\n` : formatModel(model));
+        return;
       }
       const report = await runInterruptible('bench', (signal) =>
         runBench({
