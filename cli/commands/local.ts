@@ -14,6 +14,7 @@ import { type RunProgress, type RunSummary, runRecords } from '../../local/stack
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseMixOption } from './bench.js';
 import { KEEP_ENV_FILE, registerLocalEnv, removeKeepEnv, writeKeepEnv } from './local-env.js';
+import { collectLatency, LATENCY_HELP, latencyFromOptions } from './standin.js';
 
 interface LocalOptions {
   records?: string;
@@ -27,6 +28,7 @@ interface LocalOptions {
   captchaaiUrl?: string;
   allowRemoteCaptchaai?: boolean;
   mix?: RecordMix;
+  latency: string[];
 }
 
 /** What `threadgate local` runs, from its options and the environment, validated before anything starts. */
@@ -243,6 +245,7 @@ export function registerLocal(program: Command): void {
       '--allow-remote-captchaai',
       'let --captchaai-url name a host that is not loopback (e.g. https://ocr.captchaai.com): the key and the tasks go there',
     )
+    .option('--latency <TYPE=SPEC>', `${LATENCY_HELP}; the stand-in only`, collectLatency, [])
     .option('--json', 'print one JSON summary object on stdout')
     .option(
       '--keep',
@@ -278,6 +281,10 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
         command,
       );
 
+      const latency = latencyFromOptions(options.latency);
+      if (captchaai && options.latency.length > 0) {
+        throw new CliError('--latency sets the stand-in: it cannot be used with --captchaai-url', EXIT.usage);
+      }
       const err = process.stderr;
       const tty = err.isTTY === true;
       const say = (line: string) => err.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
@@ -312,6 +319,8 @@ CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no
           onPhase: (m) => say(`… ${m}`),
         });
         if (aborter.signal.aborted) return;
+        // Before any record is sent, so every task is drawn from these distributions.
+        stack.captcha?.setLatency(latency);
         const t = stack.deploy?.timings;
         if (t) {
           say(
