@@ -27,7 +27,7 @@ export interface ChaosEvidence {
   queueLeft: number;
   /** Every log file of the run, concatenated. */
   logText: string;
-  /** Strings that must appear in no log: the API key and every token the target received. */
+  /** Strings that must appear in no log, e.g. the API key. */
   secrets: string[];
   /** The stand-in's token shape (local/standins/captchaai/http.ts makeToken): no match may be in a log either. */
   tokenPattern?: RegExp;

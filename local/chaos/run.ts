@@ -178,7 +178,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       dlqKeys: dlq.map((d) => d.recordKey ?? d.messageId),
       queueLeft: depth.visible + depth.inFlight,
       logText: logsOf(logDir),
-      secrets: [stack.apiKey, ...stack.site.receivedTokens()],
+      // Every token the stand-in issues has this shape, so one scan finds any of them (a search
+      // for each received token would read the whole log once per record).
+      secrets: [stack.apiKey],
       tokenPattern: TOKEN_PATTERN,
     });
     if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
