@@ -64,9 +64,19 @@ export interface LostAnswerFaults {
   drop?: FaultSchedule | null;
   /** The real answer, after `lateMs` (past the client's HTTP timeout). */
   late?: FaultSchedule | null;
-  /** Delay of a late answer, before the time scale. @default 60000 (twice CaptchaAI's client HTTP timeout) */
+  /**
+   * Delay of a late answer, before the time scale, and never below LATE_FLOOR_MS real.
+   * @default 60000 (twice the client's HTTP timeout)
+   */
   lateMs?: number;
 }
+
+/**
+ * A late answer comes at least this late in real time: the worker's HTTP timeout to CaptchaAI is
+ * never below 5 s whatever the time scale (functions/worker/config.ts), and a late answer must
+ * come after it.
+ */
+export const LATE_FLOOR_MS = 6_000;
 
 export const LOST_ANSWER_KINDS = ['html502', 'drop', 'late'] as const satisfies readonly LostAnswerKind[];
 
@@ -139,7 +149,7 @@ export function lostAnswers(
         res.end(GATEWAY_502);
         return;
       }
-      await delay(lateMs * timeScale);
+      await delay(Math.max(lateMs * timeScale, LATE_FLOOR_MS));
       if (!req.socket.destroyed) answer();
     },
   };
