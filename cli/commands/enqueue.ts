@@ -80,7 +80,7 @@ export function registerEnqueue(program: Command): void {
     )
     .option(
       '--counts <file>',
-      'also write the records sent per batch_id to FILE as JSON, for `threadgate wait --batch ID --counts FILE` (other batches in FILE are kept)',
+      'also add the records sent per batch_id to FILE (JSON; keys counted kept in FILE.keys, so a batch sent in parts adds up and a part sent again counts once), for `threadgate wait --batch ID --counts FILE`',
     )
     .option('--concurrency <n>', 'batches sent at once', '4')
     .option('--dry-run', 'validate only; send nothing (needs no stack)')
