@@ -324,6 +324,8 @@ export function pipelineControl(aws: AwsContext, stack: ThreadgateStack): Pipeli
     stateParameterName: output(stack, 'PipelineStateParameter'),
     workerFunctionName: output(stack, 'WorkerFunctionName'),
     queueArn: output(stack, 'QueueArn'),
+    // From the outputs, so operators need no ListEventSourceMappings (a `*` permission).
+    mappingUuid: stack.outputs.MappingUuid,
   });
 }
 

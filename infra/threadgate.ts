@@ -248,6 +248,11 @@ export class Threadgate extends Construct {
         resourceArns: [parts.worker.fn.functionArn, parts.adjuster.fn.functionArn],
       },
       {
+        // status reads the cap in force from the worker's reserved concurrency.
+        actions: ['lambda:GetFunctionConcurrency'],
+        resourceArns: [parts.worker.fn.functionArn],
+      },
+      {
         actions: ['lambda:GetEventSourceMapping', 'lambda:UpdateEventSourceMapping'],
         resourceArns: [
           stack.formatArn({
@@ -266,8 +271,10 @@ export class Threadgate extends Construct {
     const grant = statements
       .map((s) => iam.Grant.addToPrincipal({ grantee, ...s }))
       .reduce((a, b) => a.combine(b));
+    const failures = parts.outcomeStream?.failures;
     return [
       this.jobsQueue.grant(grantee, 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage'),
+      ...(failures ? [failures.grant(grantee, 'sqs:GetQueueAttributes')] : []),
       this.deadLetterQueue.grantConsumeMessages(grantee),
       parts.pipelineState.parameter.grantRead(grantee),
       parts.pipelineState.parameter.grantWrite(grantee),

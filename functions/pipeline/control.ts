@@ -33,6 +33,11 @@ export interface PipelineControlDeps {
   workerFunctionName: string;
   /** The jobs queue ARN (the mapping's event source). */
   queueArn: string;
+  /**
+   * The mapping's UUID when it is known (the stack output MappingUuid): then no
+   * ListEventSourceMappings call, which has no resource-level permission, is needed.
+   */
+  mappingUuid?: string;
   /** Clock, for tests. */
   now?: () => Date;
   /** Waits between ResourceInUse retries; tests pass a fast one. */
@@ -68,6 +73,7 @@ export class PipelineControl {
   private readonly sleep: (ms: number) => Promise<void>;
 
   constructor(private readonly deps: PipelineControlDeps) {
+    this.mappingUuid = deps.mappingUuid || undefined;
     this.now = deps.now ?? (() => new Date());
     this.sleep = deps.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }

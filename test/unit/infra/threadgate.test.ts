@@ -116,6 +116,7 @@ describe('Threadgate construct in a consumer stack', () => {
     for (const a of [
       'cloudformation:DescribeStacks',
       'lambda:GetFunctionConfiguration',
+      'lambda:GetFunctionConcurrency',
       'lambda:GetEventSourceMapping',
       'lambda:UpdateEventSourceMapping',
       'ssm:GetParameter',
@@ -135,6 +136,7 @@ describe('Threadgate construct in a consumer stack', () => {
     }
     expect([...grants.values()].some((r) => r === '"*"')).toBe(false);
     expect(grants.has('lambda:PutFunctionConcurrency')).toBe(false);
+    expect(grants.has('lambda:ListEventSourceMappings')).toBe(false);
   });
 
   it('leaves cdk-nag nothing to report in a consumer stack with default props and a granted role', () => {
