@@ -8,7 +8,7 @@ import { everyRecordFinished, feedQueue, progressOf, summarize as summarizeRun }
 import { EmulatorProbe } from './probe.js';
 import type { BuildInput } from './report/types.js';
 import type { ChartPoint } from './svg.js';
-import { parseFunctionLog } from './worker-log.js';
+import { parseFunctionLog, parseLearnedSchedules } from './worker-log.js';
 
 /**
  * The benchmark's capped run: the records fed through the deployed pipeline while the
@@ -51,6 +51,7 @@ type Measured = Pick<
   | 'workerInvocations'
   | 'memory'
   | 'timeouts'
+  | 'learnedSchedules'
 >;
 
 /** Samples the stand-in's and the runtime's counts every `sampleMs` from `runT0`. */
@@ -197,6 +198,7 @@ export async function cappedRun(
     workerInvocations: (fnStats?.invocations ?? 0) - invocationsBefore,
     memory: fnStats?.memory ?? { environments: [], processPeakRss: 0 },
     timeouts: fnStats?.timeouts ?? 0,
+    learnedSchedules: parseLearnedSchedules(logText).filter((l) => l.at >= runStartedAt - 1000),
   };
   return { measured, cappedS };
 }

@@ -140,3 +140,40 @@ export function unscaledDurationMs(inv: Invocation, timeScale: number): number |
   if (solve === undefined) return inv.durationMs / timeScale;
   return inv.durationMs - solve + solve / timeScale;
 }
+
+/** A `poll schedule learned` line of the worker (functions/worker.ts), unscaled ms. */
+export interface LearnedScheduleLine {
+  environment: string;
+  at: number;
+  captchaType: string;
+  observations: number;
+  pollsMs: number[];
+  expectedCalls: number;
+  expectedWaitMs: number;
+}
+
+/** Every learned schedule the worker logged, in log order. */
+export function parseLearnedSchedules(text: string): LearnedScheduleLine[] {
+  const out: LearnedScheduleLine[] = [];
+  for (const line of text.split('\n')) {
+    const m = PREFIX.exec(line);
+    if (!m || !(m[3] as string).startsWith('{')) continue;
+    let json: Record<string, unknown>;
+    try {
+      json = JSON.parse(m[3] as string) as Record<string, unknown>;
+    } catch {
+      continue;
+    }
+    if (json.message !== 'poll schedule learned' || !Array.isArray(json.pollsMs)) continue;
+    out.push({
+      environment: m[2] as string,
+      at: Date.parse(m[1] as string),
+      captchaType: String(json.captchaType),
+      observations: num(json.observations) ?? 0,
+      pollsMs: json.pollsMs.filter((v): v is number => typeof v === 'number'),
+      expectedCalls: num(json.expectedCalls) ?? Number.NaN,
+      expectedWaitMs: num(json.expectedWaitMs) ?? Number.NaN,
+    });
+  }
+  return out;
+}

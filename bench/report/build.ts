@@ -47,6 +47,7 @@ export function buildReport(i: BuildInput): BenchReport {
     complete: i.runSummary.complete,
     outcomes: i.runSummary.outcomes,
     efficiency: efficiencySection(i, f, slot),
+    poll_schedule_learned: learnedSection(i),
     captchaai_calls: captchaaiCallsSection(i, f),
     utilization: { steady_state: round(f.util), worker_invocations_steady_state: round(f.invUtil) },
     max_in_flight: i.standin.maxInFlight,
@@ -106,6 +107,24 @@ function configSection(i: BuildInput): BenchReport['config'] {
       budget: DEFAULT_TIMINGS.pollBudget,
       note: 'static: the client waits first_poll_ms after a submit, then interval_ms between polls (unscaled), at most budget polls per task (the last one at the deadline); learned: each environment starts on that schedule and, after 3 answers of a type, places its polls from the answers it read, within mean_budget calls per solve and ceiling_learned per task',
     },
+  };
+}
+
+/** Each environment's last learned schedule per type. */
+function learnedSection(i: BuildInput): BenchReport['poll_schedule_learned'] {
+  const last = new Map<string, (typeof i.learnedSchedules)[number]>();
+  for (const l of i.learnedSchedules) last.set(`${l.environment} ${l.captchaType}`, l);
+  return {
+    recomputed: i.learnedSchedules.length,
+    last_per_environment: [...last.values()].map((l) => ({
+      environment: l.environment,
+      captcha_type: l.captchaType,
+      observations: l.observations,
+      first_poll_ms: l.pollsMs[0] ?? null,
+      polls: l.pollsMs.length,
+      expected_calls: round(l.expectedCalls, 2),
+      expected_wait_ms: round(l.expectedWaitMs, 0),
+    })),
   };
 }
 

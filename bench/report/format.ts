@@ -100,6 +100,7 @@ function callRows(r: BenchReport): Row[] {
       n(r.captchaai_calls.res_php_per_solve, 2),
       `max ${r.captchaai_calls.res_php_max_per_solve ?? 'n/a'} (${r.config.poll.schedule} schedule: mean budget ${r.config.poll.mean_budget}, ceiling ${r.config.poll.schedule === 'learned' ? r.config.poll.ceiling_learned : r.config.poll.budget} per task); in.php per record ${n(r.captchaai_calls.in_php_per_record, 3)}; rate-limited answers ${r.captchaai_calls.rate_limited}`,
     ],
+    learnedRow(r),
     [
       'efficiency, projected at scale 1',
       n(r.efficiency.projected_time_scale_1),
@@ -259,5 +260,23 @@ function memoryRow(r: BenchReport): Row {
     'worker memory, estimated peak',
     `${n(m.estimated_environment_peak)} MB`,
     `per environment (heap ${n(m.peak_heap_total)} + external ${n(m.peak_external)} + bare Node ${n(m.bare_node_rss)} MB), worker threads; 2× headroom needs ${m.smallest_size_with_headroom ?? 'n/a'} MB; deployed ${r.lambda.memory_mb} MB`,
+  ];
+}
+
+/** What the environments learned: their last schedules' first polls and expected calls. */
+function learnedRow(r: BenchReport): Row {
+  const last = r.poll_schedule_learned.last_per_environment;
+  const firsts = last
+    .map((l) => l.first_poll_ms)
+    .filter((v): v is number => v !== null)
+    .sort((a, b) => a - b);
+  const calls = last.map((l) => l.expected_calls).filter((v): v is number => v !== null);
+  const mid = firsts[Math.floor(firsts.length / 2)];
+  return [
+    '  learned schedules (logged)',
+    `${r.poll_schedule_learned.recomputed} recomputed`,
+    last.length
+      ? `last per environment: first poll ${firsts[0]}–${firsts.at(-1)} ms (median ${mid}), ${(calls.reduce((a, b) => a + b, 0) / calls.length).toFixed(2)} expected res.php per solve`
+      : 'none (static schedule, or too few answers per environment)',
   ];
 }

@@ -9,7 +9,7 @@ import type { BaselineResult } from '../baseline.js';
 import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
 import type { ModelFigures } from '../simulate.js';
 import type { ChartPoint } from '../svg.js';
-import type { Invocation } from '../worker-log.js';
+import type { Invocation, LearnedScheduleLine } from '../worker-log.js';
 
 export type Pct = { p50: number | null; p95: number | null; p99: number | null };
 
@@ -96,6 +96,22 @@ export interface BenchReport {
       ramp_up_s: number | null;
       drain_s: number | null;
     };
+  };
+  /**
+   * The learned schedules the environments logged during the run: how many, and each
+   * environment's last one per type (first poll, calls, expected calls and wait, unscaled).
+   */
+  poll_schedule_learned: {
+    recomputed: number;
+    last_per_environment: {
+      environment: string;
+      captcha_type: string;
+      observations: number;
+      first_poll_ms: number | null;
+      polls: number;
+      expected_calls: number | null;
+      expected_wait_ms: number | null;
+    }[];
   };
   captchaai_calls: {
     res_php_per_solve: number | null;
@@ -233,6 +249,8 @@ export interface BuildInput {
   pollSchedule: PollScheduleSettings;
   /** The limit and the schedules simulated on the run's draws. */
   model: ModelFigures;
+  /** The schedules the worker's environments logged (`poll schedule learned`). */
+  learnedSchedules: LearnedScheduleLine[];
   runStartedAt: number;
   series: ChartPoint[];
   /** The stand-in's cumulative busy thread-ms, sampled with the series. */

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { overheadMs, parseFunctionLog, unscaledDurationMs } from '../../../bench/worker-log.js';
+import {
+  parseLearnedSchedules as learned,
+  overheadMs,
+  parseFunctionLog,
+  unscaledDurationMs,
+} from '../../../bench/worker-log.js';
 
 function outcomeLine(requestId: string, extra: Record<string, unknown>): string {
   return JSON.stringify({
@@ -102,5 +107,26 @@ describe('unscaledDurationMs', () => {
     expect(solvedOne).toBeCloseTo(5050 - 4500 + 45_000, 6);
     // Without timings the whole duration counts as scaled (an overstatement, documented).
     expect(timedOut).toBeCloseTo(400_010, 6);
+  });
+});
+
+describe('learned schedule lines', () => {
+  it("reads the worker's `poll schedule learned` lines with their environment and time", () => {
+    const text = [
+      '2026-12-01T22:00:00.000Z env1 {"message":"poll schedule learned","captchaType":"turnstile","observations":3,"pollsMs":[5000,7000,120000],"expectedCalls":2.5,"expectedWaitMs":800}',
+      '2026-12-01T22:00:01.000Z env1 {"message":"solved","polls":3}',
+      '2026-12-01T22:00:02.000Z env2 START RequestId: r1',
+    ].join('\n');
+    expect(learned(text)).toEqual([
+      {
+        environment: 'env1',
+        at: Date.parse('2026-12-01T22:00:00.000Z'),
+        captchaType: 'turnstile',
+        observations: 3,
+        pollsMs: [5000, 7000, 120000],
+        expectedCalls: 2.5,
+        expectedWaitMs: 800,
+      },
+    ]);
   });
 });
