@@ -47,6 +47,25 @@ describe('threadgate_producer (python/)', () => {
     expect(JSON.parse(readFileSync(`${PACKAGE_ROOT}package.json`, 'utf8')).license).toBe('MIT');
   });
 
+  it('has every function and result field the docs and the Ray recipe use', () => {
+    const docs = ['python/README.md', 'docs/producers.md', 'docs/recipes/ray_send_and_wait.py', 'README.md']
+      .map((f) => readFileSync(`${PACKAGE_ROOT}${f}`, 'utf8'))
+      .join('\n');
+    const functions = [...new Set([...docs.matchAll(/\btg\.(\w+)/g)].map((m) => m[1] as string))];
+    const fields = [
+      ...new Set([...docs.matchAll(/\b(?:sent|result|done|s)\.(\w+)/g)].map((m) => m[1] as string)),
+    ];
+    const missing = python(
+      'import json, sys, dataclasses, threadgate_producer as tg\n' +
+        'names, fields = json.loads(sys.stdin.read())\n' +
+        'known = {f.name for c in (tg.SendResult, tg.WaitResult) for f in dataclasses.fields(c)}\n' +
+        'print(json.dumps([n for n in names if not hasattr(tg, n)] + [f for f in fields if f not in known]))',
+      JSON.stringify([functions, fields]),
+    );
+    expect(functions.length).toBeGreaterThan(4);
+    expect(JSON.parse(missing)).toEqual([]);
+  });
+
   it('refuses only records the worker refuses too, over the whole bad-input catalog', () => {
     const cases = malformedJobs('https://forms.example.com', 'sitekey_1', 'cat');
     const objects = cases.filter((c) => {
