@@ -53,6 +53,12 @@ export interface ThreadgateConfig {
   readonly pollSchedule: PollScheduleMode;
   /** Mean res.php calls per solve the learned schedule may spend (1..19). @default 12 */
   readonly pollMeanBudget: number;
+  /**
+   * Worker memory in MB (128..10240). Lambda sizes V8's heap and the CPU share from it, and bills
+   * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it
+   * (docs/benchmark.md "Worker memory"). @default 256
+   */
+  readonly workerMemoryMb: number;
   /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
@@ -95,6 +101,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'pollSchedule',
   'pollMeanBudget',
   'workerTimeoutSeconds',
+  'workerMemoryMb',
   'maxReceiveCount',
   'transientReceiveLimit',
   'leaseSeconds',
@@ -157,6 +164,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...endpoints,
     ...timings,
     workerTimeoutSeconds,
+    workerMemoryMb: readInteger(input, 'workerMemoryMb', DEFAULTS.workerMemoryMb, { min: 128, max: 10_240 }),
     ...redelivery,
     ...monitoring,
   };

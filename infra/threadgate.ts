@@ -63,6 +63,8 @@ export interface ThreadgateProps {
   readonly pollMeanBudget?: number;
   /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst-case attempt (430 s at the defaults), at least 10 */
   readonly workerTimeoutSeconds?: number;
+  /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 256 */
+  readonly workerMemoryMb?: number;
   /** Receives before SQS moves a message to the DLQ (≥ 5). @default 5 */
   readonly maxReceiveCount?: number;
   /** Receives after which the worker records a transient failure instead of retrying (< maxReceiveCount). @default 3 */

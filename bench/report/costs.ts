@@ -129,6 +129,7 @@ function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchR
     prices: AWS_PRICES,
     notes: [
       'USD at us-east-1 list prices (bench/cost.ts): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
+      `Lambda at the worker's deployed memory, ${i.memoryMb} MB (workerMemoryMb; its default rests on the peak RSS of an environment run as Lambda runs it, a Node process under the runtime's heap flags: bench/results/memory-*.json, docs/benchmark.md "Worker memory")`,
       'SQS counts the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message (batch size 1) and DLQ copies; the event source mapping’s empty long polls on an idle queue are a fixed cost per hour, not per solve, and are left out',
       'not included: the cap adjuster (one small invocation a minute), SSM GetParameter (standard parameters, no charge), Secrets Manager (one read per execution environment), CloudWatch Logs and metrics',
     ],

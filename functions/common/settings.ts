@@ -29,6 +29,8 @@ export const DEFAULTS = {
   pollBudget: DEFAULT_TIMINGS.pollBudget,
   pollSchedule: DEFAULT_POLL_SCHEDULE.mode,
   pollMeanBudget: DEFAULT_POLL_SCHEDULE.meanBudget,
+  /** The worker's memory, MB: its peak RSS measured as Lambda runs it, with headroom (docs/benchmark.md). */
+  workerMemoryMb: 256,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,

@@ -79,9 +79,9 @@ export class Worker extends Construct {
       timeout: Duration.seconds(config.workerTimeoutSeconds),
       logRetentionDays: config.logRetentionDays,
       reservedConcurrentExecutions: config.initialCap,
-      // The smallest size with 2x headroom over the measured peak of one environment (~140 MB:
-      // bare Node 41 MB + V8 heap 94 MB + external 5 MB, docs/benchmark.md); 128 MB would not fit it.
-      memorySize: 320,
+      // The default rests on the peak RSS of one environment measured as Lambda runs it, a Node
+      // process under the runtime's heap flags (docs/benchmark.md "Worker memory").
+      memorySize: config.workerMemoryMb,
       environment,
     });
     this.fn = this.bundled.fn;

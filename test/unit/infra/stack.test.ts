@@ -331,6 +331,7 @@ describe('ThreadgateStack with default settings', () => {
       NODE_OPTIONS: '--enable-source-maps',
     });
     expect(Number(env.LEASE_SECONDS)).toBeGreaterThan(fn.Properties.Timeout as number);
+    expect(fn.Properties.MemorySize).toBe(256);
   });
 
   it('sets every environment variable of the contract on the cap adjuster', () => {
@@ -730,6 +731,7 @@ describe('settings validation at synth time', () => {
     ['pollBudget', { pollBudget: 25 }, /^pollBudget: must be <= 19/],
     ['pollSchedule', { pollSchedule: 'fast' }, /^pollSchedule: must be "learned" or "static"/],
     ['pollMeanBudget', { pollMeanBudget: 0 }, /^pollMeanBudget: must be >= 1/],
+    ['workerMemoryMb', { workerMemoryMb: 64 }, /^workerMemoryMb: must be >= 128/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>
