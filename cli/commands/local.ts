@@ -211,8 +211,9 @@ function watchParent(onGone: () => void, everyMs = 500): () => void {
 
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
-export function registerLocal(program: Command): void {
-  const local = program
+/** The `local` command, its options and help (its action is runLocal). */
+function localCommand(program: Command): Command {
+  return program
     .command('local')
     .description(
       'Run threadgate on this machine: moto (AWS emulator), CaptchaAI and target-site stand-ins, the real CDK app deployed to moto, and a local Lambda runtime; then enqueue records and watch them finish.',
@@ -274,107 +275,147 @@ allowlist is 127.0.0.1 and localhost).
 
 Exit codes: 0 every record has an outcome or a DLQ entry; 3 the pipeline paused (stop-class
 CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no Docker.`,
-    )
-    .action(async (options: LocalOptions, command: Command) => {
-      const { threads, reserve, timeScale, timeoutS, fileRecords, generated, mix, captchaai } = readLocalRun(
-        options,
-        command,
-      );
+    );
+}
 
-      const latency = latencyFromOptions(options.latency);
-      if (captchaai && options.latency.length > 0) {
-        throw new CliError('--latency sets the stand-in: it cannot be used with --captchaai-url', EXIT.usage);
-      }
-      const err = process.stderr;
-      const tty = err.isTTY === true;
-      const say = (line: string) => err.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
-      const aborter = new AbortController();
-      let stack: AnyLocalStack | undefined;
-      let stopping: Promise<void> | undefined;
-      const stop = () => {
-        stopping ??= (async () => {
-          aborter.abort();
-          removeKeepEnv();
-          await stack?.stop();
-        })();
-        return stopping;
-      };
-      let signalled = false;
-      const onSignal = () => {
-        if (signalled) return;
-        signalled = true;
-        say('stopping every process started …');
-        void stop().then(() => process.exit(130));
-      };
-      for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
-      const unwatch = watchParent(onSignal);
-      try {
-        const started = Date.now();
-        stack = await startLocalStack({
-          threads,
-          reserve,
-          timeScale,
-          captchaai,
-          freshSynth: options.freshSynth,
-          onPhase: (m) => say(`… ${m}`),
-        });
-        if (aborter.signal.aborted) return;
-        // Before any record is sent, so every task is drawn from these distributions.
-        stack.captcha?.setLatency(latency);
-        const t = stack.deploy?.timings;
-        if (t) {
-          say(
-            `deployed ${stack.stackName} in ${(t.totalMs / 1000).toFixed(1)} s (synth ${t.synthCached ? 'cached' : `${(t.synthMs / 1000).toFixed(1)} s`}, bootstrap ${(t.bootstrapMs / 1000).toFixed(1)} s, deploy ${(t.deployMs / 1000).toFixed(1)} s; ${((Date.now() - started) / 1000).toFixed(1)} s with startup)`,
-          );
-        }
-        const prefix = `local-${randomBytes(3).toString('hex')}`;
-        const bodies =
-          fileRecords ??
-          (generated !== undefined
-            ? generatedRecords(stack.site.url, stack.site.sitekey, generated, prefix, mix)
-            : sampleRecords(stack.site.url, stack.site.sitekey, prefix, undefined, mix));
-        say(
-          `enqueuing ${bodies.length} records (cap ${Math.max(0, stack.threads - reserve)}, plan ${stack.threads} threads)`,
-        );
-        let lastPlain = 0;
-        const summary = await runRecords(stack, bodies, {
-          signal: aborter.signal,
-          timeoutMs: timeoutS * 1000,
-          onProgress: (p) => {
-            if (tty) err.write(`\r\x1b[2K${progressLine(p)}`);
-            else if (Date.now() - lastPlain >= 2000) {
-              lastPlain = Date.now();
-              err.write(`${progressLine(p)}\n`);
-            }
-          },
-        });
-        if (tty) err.write('\r\x1b[2K');
-        if (aborter.signal.aborted) return;
-        if (options.json) process.stdout.write(`${JSON.stringify(summary)}\n`);
-        else process.stdout.write(`${summaryText(summary)}\n`);
-        if (summary.paused) {
-          say(
-            `The pipeline paused on a stop-class CaptchaAI error; records wait in the queue. Fix the cause, then \`threadgate resume\` and \`threadgate redrive\`${options.keep ? '' : ' (run with --keep to do that here)'}.`,
-          );
-        }
-        if (options.keep) {
-          writeKeepEnv(stack);
-          say(keepText(stack));
-          await new Promise<void>((resolve) => aborter.signal.addEventListener('abort', () => resolve()));
-          return;
-        }
-        if (summary.paused) process.exitCode = EXIT.stop;
-        else if (!summary.complete) {
-          process.exitCode = EXIT.failure;
-          say(
-            `gave up after ${timeoutS} s with ${summary.records} records not all finished; see ${summary.log_dir}`,
-          );
-        }
-      } finally {
-        for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
-        unwatch();
-        await stop();
-      }
-    });
+export function registerLocal(program: Command): void {
+  const local = localCommand(program).action(runLocal);
   registerLocalEnv(local);
+}
+
+/** Signal handlers, the parent watch and the one stop of everything the command started. */
+function lifecycle(say: (line: string) => void) {
+  const aborter = new AbortController();
+  const held: { stack: AnyLocalStack | undefined } = { stack: undefined };
+  let stopping: Promise<void> | undefined;
+  const stop = () => {
+    stopping ??= (async () => {
+      aborter.abort();
+      removeKeepEnv();
+      await held.stack?.stop();
+    })();
+    return stopping;
+  };
+  let signalled = false;
+  const onSignal = () => {
+    if (signalled) return;
+    signalled = true;
+    say('stopping every process started …');
+    void stop().then(() => process.exit(130));
+  };
+  for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
+  const unwatch = watchParent(onSignal);
+  return {
+    signal: aborter.signal,
+    held,
+    /** Removes the handlers and stops everything. */
+    async end(): Promise<void> {
+      for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
+      unwatch();
+      await stop();
+    },
+  };
+}
+
+async function runLocal(options: LocalOptions, command: Command): Promise<void> {
+  const run = readLocalRun(options, command);
+  const latency = latencyFromOptions(options.latency);
+  if (run.captchaai && options.latency.length > 0) {
+    throw new CliError('--latency sets the stand-in: it cannot be used with --captchaai-url', EXIT.usage);
+  }
+  const err = process.stderr;
+  const tty = err.isTTY === true;
+  const say = (line: string) => err.write(tty ? `\r\x1b[2K${line}\n` : `${line}\n`);
+  const life = lifecycle(say);
+  try {
+    const started = Date.now();
+    life.held.stack = await startLocalStack({
+      threads: run.threads,
+      reserve: run.reserve,
+      timeScale: run.timeScale,
+      captchaai: run.captchaai,
+      freshSynth: options.freshSynth,
+      onPhase: (m) => say(`… ${m}`),
+    });
+    const stack = life.held.stack;
+    if (life.signal.aborted) return;
+    // Before any record is sent, so every task is drawn from these distributions.
+    stack.captcha?.setLatency(latency);
+    const t = stack.deploy?.timings;
+    if (t) {
+      say(
+        `deployed ${stack.stackName} in ${(t.totalMs / 1000).toFixed(1)} s (synth ${t.synthCached ? 'cached' : `${(t.synthMs / 1000).toFixed(1)} s`}, bootstrap ${(t.bootstrapMs / 1000).toFixed(1)} s, deploy ${(t.deployMs / 1000).toFixed(1)} s; ${((Date.now() - started) / 1000).toFixed(1)} s with startup)`,
+      );
+    }
+    const summary = await enqueueAndWait(stack, run, life.signal, say);
+    if (life.signal.aborted) return;
+    await finish(stack, summary, options, run.timeoutS, life.signal, say);
+  } finally {
+    await life.end();
+  }
+}
+
+/** Sends the records and waits for their outcomes, showing progress on stderr. */
+async function enqueueAndWait(
+  stack: AnyLocalStack,
+  run: LocalRun,
+  signal: AbortSignal,
+  say: (line: string) => void,
+): Promise<RunSummary> {
+  const err = process.stderr;
+  const tty = err.isTTY === true;
+  const prefix = `local-${randomBytes(3).toString('hex')}`;
+  const bodies =
+    run.fileRecords ??
+    (run.generated !== undefined
+      ? generatedRecords(stack.site.url, stack.site.sitekey, run.generated, prefix, run.mix)
+      : sampleRecords(stack.site.url, stack.site.sitekey, prefix, undefined, run.mix));
+  say(
+    `enqueuing ${bodies.length} records (cap ${Math.max(0, stack.threads - run.reserve)}, plan ${stack.threads} threads)`,
+  );
+  let lastPlain = 0;
+  const summary = await runRecords(stack, bodies, {
+    signal,
+    timeoutMs: run.timeoutS * 1000,
+    onProgress: (p) => {
+      if (tty) err.write(`\r\x1b[2K${progressLine(p)}`);
+      else if (Date.now() - lastPlain >= 2000) {
+        lastPlain = Date.now();
+        err.write(`${progressLine(p)}\n`);
+      }
+    },
+  });
+  if (tty) err.write('\r\x1b[2K');
+  return summary;
+}
+
+/** Prints the summary, keeps the stack running with --keep, and sets the exit code. */
+async function finish(
+  stack: AnyLocalStack,
+  summary: RunSummary,
+  options: LocalOptions,
+  timeoutS: number,
+  signal: AbortSignal,
+  say: (line: string) => void,
+): Promise<void> {
+  if (options.json) process.stdout.write(`${JSON.stringify(summary)}\n`);
+  else process.stdout.write(`${summaryText(summary)}\n`);
+  if (summary.paused) {
+    say(
+      `The pipeline paused on a stop-class CaptchaAI error; records wait in the queue. Fix the cause, then \`threadgate resume\` and \`threadgate redrive\`${options.keep ? '' : ' (run with --keep to do that here)'}.`,
+    );
+  }
+  if (options.keep) {
+    writeKeepEnv(stack);
+    say(keepText(stack));
+    await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve()));
+    return;
+  }
+  if (summary.paused) process.exitCode = EXIT.stop;
+  else if (!summary.complete) {
+    process.exitCode = EXIT.failure;
+    say(
+      `gave up after ${timeoutS} s with ${summary.records} records not all finished; see ${summary.log_dir}`,
+    );
+  }
 }

@@ -156,170 +156,210 @@ export function localRuntimeOptions(o: {
   };
 }
 
+/** What the steps of startLocalStack share: the options, the phase reporter and the cleanups so far. */
+interface StartContext {
+  options: LocalStackOptions;
+  reserve: number;
+  timeScale: number;
+  logDir: string;
+  phase: (message: string) => void;
+  /** Undone in reverse order by the stack's stop (or when a later step fails). */
+  cleanups: (() => Promise<unknown>)[];
+  /** The LocalStack target's settings; undefined on moto. */
+  lsConfig: ReturnType<typeof localStackTargetConfig> | undefined;
+  /** Whether the stand-ins listen on every interface (LocalStack's containers reach them there). */
+  local: boolean;
+}
+
 export function startLocalStack(options?: LocalStackOptions & { captchaai?: undefined }): Promise<LocalStack>;
 export function startLocalStack(options: LocalStackOptions): Promise<AnyLocalStack>;
 export async function startLocalStack(options: LocalStackOptions = {}): Promise<AnyLocalStack> {
   const target =
     options.target ?? (process.env.THREADGATE_E2E_TARGET === 'localstack' ? 'localstack' : 'moto');
-  const external = options.captchaai;
-  if (external && target === 'localstack') {
+  if (options.captchaai && target === 'localstack') {
     throw new ConfigError(
       'captchaai',
       "an external CaptchaAI server is not supported with the LocalStack target (LocalStack's containers reach only the stand-ins' fixed ports)",
     );
   }
-  const reserve = options.reserve ?? 2;
-  const timeScale = options.timeScale ?? 0.01;
   const logDir = options.logDir ?? newRunDir(join(REPO_ROOT, '.local-stack', 'runs'));
   mkdirSync(logDir, { recursive: true });
-  const phase = options.onPhase ?? (() => undefined);
   const cleanups: (() => Promise<unknown>)[] = [];
   const stopAll = async () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   };
-
+  const local = target === 'localstack';
+  const ctx: StartContext = {
+    options,
+    reserve: options.reserve ?? 2,
+    timeScale: options.timeScale ?? 0.01,
+    logDir,
+    phase: options.onPhase ?? (() => undefined),
+    cleanups,
+    lsConfig: undefined,
+    local,
+  };
   try {
-    const local = target === 'localstack';
     // LocalStack runs the functions in containers: they reach the stand-ins on fixed ports of the
     // host. Check that it is there (and the right version) before binding them.
-    const lsConfig = local ? localStackTargetConfig() : undefined;
-    if (lsConfig) {
-      phase(`checking LocalStack at ${lsConfig.awsEnv.AWS_ENDPOINT_URL}`);
-      await checkLocalStack(lsConfig.awsEnv.AWS_ENDPOINT_URL ?? '');
+    ctx.lsConfig = local ? localStackTargetConfig() : undefined;
+    if (ctx.lsConfig) {
+      ctx.phase(`checking LocalStack at ${ctx.lsConfig.awsEnv.AWS_ENDPOINT_URL}`);
+      await checkLocalStack(ctx.lsConfig.awsEnv.AWS_ENDPOINT_URL ?? '');
     }
-    let threads = options.threads ?? 8;
-    let captcha: CaptchaStandin | undefined;
-    let apiKey: string;
-    let captchaaiUrl: string;
-    if (external) {
-      phase(`asking ${external.url} for its plan (threadsinfo)`);
-      threads = options.threads ?? (await planThreadsOf(external));
-      apiKey = external.apiKey;
-      captchaaiUrl = external.url;
-    } else {
-      apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
-      phase('starting the CaptchaAI stand-in');
-      const standin = await startCaptchaStandin({
-        threads,
-        apiKey,
-        timeScale,
-        faults: options.faults,
-        ...(options.random ? { random: options.random } : {}),
-        port: lsConfig?.captchaPort ?? 0,
-        host: local ? '0.0.0.0' : '127.0.0.1',
-      });
-      cleanups.push(() => standin.close());
-      captcha = standin;
-      captchaaiUrl = standin.url;
-    }
-    const targetSite = await startTargetStandin({
-      // Tokens are checked where they were issued; a remote service's tokens cannot be (and the
-      // target stand-in sends nothing off this machine), so its POSTs answer VERIFY_UNAVAILABLE.
-      captchaUrl: external && !external.loopback ? undefined : captchaaiUrl,
-      pageDelayMs: (options.targetDelays?.pageMs ?? 0) * timeScale,
-      postDelayMs: (options.targetDelays?.postMs ?? 0) * timeScale,
-      port: lsConfig?.targetPort ?? 0,
-      host: local ? '0.0.0.0' : '127.0.0.1',
-    });
-    cleanups.push(() => targetSite.close());
-    // Records must name the target as the functions see it: from LocalStack's Lambda containers
-    // that is the Docker host (THREADGATE_STANDIN_HOST, default host.docker.internal).
-    const site: TargetStandin = lsConfig
-      ? { ...targetSite, url: `http://${lsConfig.standinHost}:${targetSite.port}` }
-      : targetSite;
-
-    let moto: MotoServer | undefined;
-    let deploy: DeployResult;
-    let runtime: LocalRuntime | undefined;
-    let awsEnv: Record<string, string>;
-    if (lsConfig) {
-      awsEnv = lsConfig.awsEnv;
-      const deployed = await deployToLocalStack({
-        config: lsConfig,
-        settings: localSettings({
-          threads,
-          reserve,
-          timeScale,
-          ...localStackSettings(lsConfig),
-          extra: { ...options.settings, ...(lsConfig.stackName ? { stackName: lsConfig.stackName } : {}) },
-        }),
-        logFile: join(logDir, 'deploy.log'),
-        freshSynth: options.freshSynth,
-        onPhase: phase,
-      });
-      deploy = deployed.deploy;
-    } else {
-      phase('starting moto');
-      moto = await startMoto();
-      cleanups.push(() => moto?.stop() ?? Promise.resolve());
-      awsEnv = moto.awsEnv;
-      phase('deploying the CDK app to moto (synth is cached between runs)');
-      deploy = await deployToEmulator({
-        awsEnv,
-        apiKey,
-        settings: localSettings({
-          threads,
-          reserve,
-          timeScale,
-          captchaaiUrl,
-          extra: options.settings,
-        }),
-        logFile: join(logDir, 'deploy.log'),
-        freshSynth: options.freshSynth,
-      });
-    }
+    const captchaai = await startCaptchaai(ctx);
+    const site = await startSite(ctx, captchaai.captchaaiUrl);
+    const { moto, deploy, awsEnv } = await deployStack(ctx, captchaai);
     const runAssembly = deploy.assemblyDir;
     cleanups.push(async () => rmSync(runAssembly, { recursive: true, force: true }));
-    const outputs = deploy.outputs;
-    const stackName = deploy.stackName;
-    if (moto && options.runtime !== false) {
-      phase('starting the local runtime');
-      runtime = await LocalRuntime.start({
-        ...localRuntimeOptions({ awsEnv, logDir, timeScale, apiKey }),
-        onEvent: options.onRuntimeEvent,
-      });
-      const started = runtime;
-      // Stop the runtime before moto: its pollers would otherwise fail against a dead endpoint.
-      cleanups.push(() => started.stop());
-    }
-
-    const config = clientConfig(awsEnv);
-    const sqs = new SQSClient(config);
-    const lambda = new LambdaClient(config);
-    const ssm = new SSMClient(config);
-    const documents = DynamoDBDocumentClient.from(new DynamoDBClient(config));
-    const control = new PipelineControl({
-      lambda,
-      ssm,
-      stateParameterName: outputs.PipelineStateParameter,
-      workerFunctionName: outputs.WorkerFunctionName,
-      queueArn: outputs.QueueArn,
-    });
+    const runtime =
+      moto && options.runtime !== false ? await startRuntime(ctx, awsEnv, captchaai.apiKey) : undefined;
     return {
       target,
       awsEnv,
-      outputs,
-      stackName,
+      outputs: deploy.outputs,
+      stackName: deploy.stackName,
       moto,
       deploy,
       runtime,
-      captcha,
-      captchaaiUrl,
+      ...captchaai,
       site,
-      apiKey,
-      threads,
-      reserve,
-      timeScale,
+      reserve: ctx.reserve,
+      timeScale: ctx.timeScale,
       logDir,
-      sqs,
-      lambda,
-      ssm,
-      documents,
-      control,
+      ...stackClients(awsEnv, deploy.outputs),
       stop: stopAll,
     };
   } catch (err) {
     await stopAll();
     throw err;
   }
+}
+
+interface Captchaai {
+  threads: number;
+  /** The stand-in; undefined with an external server. */
+  captcha: CaptchaStandin | undefined;
+  apiKey: string;
+  captchaaiUrl: string;
+}
+
+/** The CaptchaAI side: the external server's plan, or a stand-in started for this stack. */
+async function startCaptchaai(ctx: StartContext): Promise<Captchaai> {
+  const { options, lsConfig, phase } = ctx;
+  const external = options.captchaai;
+  if (external) {
+    phase(`asking ${external.url} for its plan (threadsinfo)`);
+    const threads = options.threads ?? (await planThreadsOf(external));
+    return { threads, captcha: undefined, apiKey: external.apiKey, captchaaiUrl: external.url };
+  }
+  const threads = options.threads ?? 8;
+  const apiKey = lsConfig ? lsConfig.apiKey : randomBytes(16).toString('hex');
+  phase('starting the CaptchaAI stand-in');
+  const standin = await startCaptchaStandin({
+    threads,
+    apiKey,
+    timeScale: ctx.timeScale,
+    faults: options.faults,
+    ...(options.random ? { random: options.random } : {}),
+    port: lsConfig?.captchaPort ?? 0,
+    host: ctx.local ? '0.0.0.0' : '127.0.0.1',
+  });
+  ctx.cleanups.push(() => standin.close());
+  return { threads, captcha: standin, apiKey, captchaaiUrl: standin.url };
+}
+
+/** The target-site stand-in, named as the functions see it. */
+async function startSite(ctx: StartContext, captchaaiUrl: string): Promise<TargetStandin> {
+  const { options, lsConfig, timeScale } = ctx;
+  const external = options.captchaai;
+  const targetSite = await startTargetStandin({
+    // Tokens are checked where they were issued; a remote service's tokens cannot be (and the
+    // target stand-in sends nothing off this machine), so its POSTs answer VERIFY_UNAVAILABLE.
+    captchaUrl: external && !external.loopback ? undefined : captchaaiUrl,
+    pageDelayMs: (options.targetDelays?.pageMs ?? 0) * timeScale,
+    postDelayMs: (options.targetDelays?.postMs ?? 0) * timeScale,
+    port: lsConfig?.targetPort ?? 0,
+    host: ctx.local ? '0.0.0.0' : '127.0.0.1',
+  });
+  ctx.cleanups.push(() => targetSite.close());
+  // Records must name the target as the functions see it: from LocalStack's Lambda containers
+  // that is the Docker host (THREADGATE_STANDIN_HOST, default host.docker.internal).
+  return lsConfig ? { ...targetSite, url: `http://${lsConfig.standinHost}:${targetSite.port}` } : targetSite;
+}
+
+/** The CDK app deployed to LocalStack, or to a moto started for this stack. */
+async function deployStack(
+  ctx: StartContext,
+  c: Captchaai,
+): Promise<{ moto: MotoServer | undefined; deploy: DeployResult; awsEnv: Record<string, string> }> {
+  const { options, lsConfig, phase, reserve, timeScale } = ctx;
+  const { threads } = c;
+  if (lsConfig) {
+    const deployed = await deployToLocalStack({
+      config: lsConfig,
+      settings: localSettings({
+        threads,
+        reserve,
+        timeScale,
+        ...localStackSettings(lsConfig),
+        extra: { ...options.settings, ...(lsConfig.stackName ? { stackName: lsConfig.stackName } : {}) },
+      }),
+      logFile: join(ctx.logDir, 'deploy.log'),
+      freshSynth: options.freshSynth,
+      onPhase: phase,
+    });
+    return { moto: undefined, deploy: deployed.deploy, awsEnv: lsConfig.awsEnv };
+  }
+  phase('starting moto');
+  const moto = await startMoto();
+  ctx.cleanups.push(() => moto?.stop() ?? Promise.resolve());
+  const awsEnv = moto.awsEnv;
+  phase('deploying the CDK app to moto (synth is cached between runs)');
+  const deploy = await deployToEmulator({
+    awsEnv,
+    apiKey: c.apiKey,
+    settings: localSettings({
+      threads,
+      reserve,
+      timeScale,
+      captchaaiUrl: c.captchaaiUrl,
+      extra: options.settings,
+    }),
+    logFile: join(ctx.logDir, 'deploy.log'),
+    freshSynth: options.freshSynth,
+  });
+  return { moto, deploy, awsEnv };
+}
+
+async function startRuntime(
+  ctx: StartContext,
+  awsEnv: Record<string, string>,
+  apiKey: string,
+): Promise<LocalRuntime> {
+  ctx.phase('starting the local runtime');
+  const runtime = await LocalRuntime.start({
+    ...localRuntimeOptions({ awsEnv, logDir: ctx.logDir, timeScale: ctx.timeScale, apiKey }),
+    onEvent: ctx.options.onRuntimeEvent,
+  });
+  // Stop the runtime before moto: its pollers would otherwise fail against a dead endpoint.
+  ctx.cleanups.push(() => runtime.stop());
+  return runtime;
+}
+
+/** The SDK clients and the pipeline control a caller of the stack uses. */
+function stackClients(awsEnv: Record<string, string>, outputs: StackOutputs) {
+  const config = clientConfig(awsEnv);
+  const sqs = new SQSClient(config);
+  const lambda = new LambdaClient(config);
+  const ssm = new SSMClient(config);
+  const documents = DynamoDBDocumentClient.from(new DynamoDBClient(config));
+  const control = new PipelineControl({
+    lambda,
+    ssm,
+    stateParameterName: outputs.PipelineStateParameter,
+    workerFunctionName: outputs.WorkerFunctionName,
+    queueArn: outputs.QueueArn,
+  });
+  return { sqs, lambda, ssm, documents, control };
 }
