@@ -152,6 +152,12 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   } = await readCap({ lambda, control, workerFunctionName: deps.workerFunctionName });
   // What the knobs hold while running (the pause aside): the baseline for lowering or raising.
   const effectiveBefore = capInForce(before);
+  /** Nothing written: the last cap stands. */
+  const kept = (reason: string): AdjustCapResult => {
+    if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
+    metric('PipelinePaused', paused ? 1 : 0);
+    return { outcome: 'kept', reason, before, inForce: inForceBefore, paused };
+  };
 
   let info: ThreadsInfo;
   try {
@@ -166,15 +172,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
       error: describe(err),
       cap: effectiveBefore,
     });
-    if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
-    metric('PipelinePaused', paused ? 1 : 0);
-    return {
-      outcome: 'kept',
-      reason: `threadsinfo failed: ${describe(err)}`,
-      before,
-      inForce: inForceBefore,
-      paused,
-    };
+    return kept(`threadsinfo failed: ${describe(err)}`);
   }
 
   metric('PlanThreads', info.threads);
@@ -190,99 +188,22 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   }
 
   const cap = computeCap(info.threads, settings);
-  // Our own in-flight solves are at most the cap that was in force (the worker's live
-  // concurrency is not known here without CloudWatch's lagging metric), so this is a lower
-  // bound of the threads busy elsewhere.
-  const ours = Math.min(info.workingThreads, effectiveBefore ?? cap);
-  const external = Math.max(0, info.workingThreads - ours);
-  metric('ExternalThreadsBusy', external);
-  if (external > settings.reserve) {
-    logger.warn('more threads are busy outside this pipeline than the reserve allows for', {
-      externalThreadsBusy: external,
-      reserve: settings.reserve,
-      planThreads: info.threads,
-      workingThreads: info.workingThreads,
-    });
-  }
+  const external = externalThreads(info, cap, effectiveBefore, { reserve: settings.reserve, logger, metric });
 
-  const after: CapKnobs = { ...before };
-  let changed = false;
-  let reservedFallback = false;
-
-  const setReserved = async (): Promise<void> => {
-    if (before.reservedConcurrency === cap) return;
-    try {
-      await lambda.send(
-        new PutFunctionConcurrencyCommand({
-          FunctionName: deps.workerFunctionName,
-          ReservedConcurrentExecutions: cap,
-        }),
-      );
-      after.reservedConcurrency = cap;
-      changed = true;
-    } catch (err) {
-      if (!isUnreservedMinimumError(err)) throw err;
-      reservedFallback = true;
-      // A smaller reservation left in place would throttle below the mapping maximum and burn
-      // receive counts, so drop it and let the mapping maximum alone hold the cap.
-      if (before.reservedConcurrency !== undefined) {
-        await lambda.send(new DeleteFunctionConcurrencyCommand({ FunctionName: deps.workerFunctionName }));
-        after.reservedConcurrency = undefined;
-        changed = true;
-      }
-      logger.warn(
-        'cannot reserve concurrency for the worker (account unreserved minimum); the mapping maximum alone limits it',
-        {
-          cap,
-          error: describe(err),
-          ...(cap < MIN_MAPPING_MAX_CONCURRENCY
-            ? {
-                note: `a cap of ${cap} cannot be held by the mapping alone; it allows ${MIN_MAPPING_MAX_CONCURRENCY}`,
-              }
-            : {}),
-        },
-      );
-    }
-  };
-
-  const setMapping = async (): Promise<void> => {
-    // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
-    const wanted = mappingMaximumFor(cap, !reservedFallback && after.reservedConcurrency !== undefined);
-    if (after.mappingMaximum === wanted) return;
-    await lambda.send(
-      new UpdateEventSourceMappingCommand({
-        UUID: mapping.uuid,
-        // Never Enabled: a paused pipeline stays paused. `{}` removes the maximum.
-        ScalingConfig: wanted === undefined ? {} : { MaximumConcurrency: wanted },
-      }),
-    );
-    after.mappingMaximum = wanted;
-    changed = true;
-  };
-
+  const writer = new KnobWriter(deps, logger, before, mapping.uuid, cap);
   try {
-    if (effectiveBefore !== undefined && cap < effectiveBefore) {
-      await setMapping();
-      await setReserved();
-      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
-      // keeps the mapping minimum when the reservation failed.
-      await setMapping();
-    } else {
-      await setReserved();
-      await setMapping();
-    }
+    await writer.apply(effectiveBefore);
   } catch (err) {
     if (!isBusyError(err)) throw err;
     logger.warn('a concurrency knob is busy being updated; trying again next run', {
       cap,
       error: describe(err),
-      ...after,
+      ...writer.after,
     });
-    if (effectiveBefore !== undefined) metric('Cap', effectiveBefore);
-    metric('PipelinePaused', paused ? 1 : 0);
-    return { outcome: 'kept', reason: `busy: ${describe(err)}`, before, inForce: inForceBefore, paused };
+    return kept(`busy: ${describe(err)}`);
   }
 
+  const { after, changed, reservedFallback } = writer;
   metric('Cap', cap);
   metric('ReservedConcurrencyFallback', reservedFallback ? 1 : 0);
   metric('PipelinePaused', paused ? 1 : 0);
@@ -308,6 +229,122 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     inForce: capInForce(after, paused),
     paused,
   };
+}
+
+/**
+ * The threads busy outside this pipeline, at least. Our own in-flight solves are at most the
+ * cap that was in force (the worker's live concurrency is not known here without CloudWatch's
+ * lagging metric), so this is a lower bound; above the reserve it is worth a warning.
+ */
+function externalThreads(
+  info: ThreadsInfo,
+  cap: number,
+  effectiveBefore: number | undefined,
+  o: { reserve: number; logger: LogSink; metric: (name: CapMetricName, value: number) => unknown },
+): number {
+  const { reserve, logger } = o;
+  const ours = Math.min(info.workingThreads, effectiveBefore ?? cap);
+  const external = Math.max(0, info.workingThreads - ours);
+  o.metric('ExternalThreadsBusy', external);
+  if (external > reserve) {
+    logger.warn('more threads are busy outside this pipeline than the reserve allows for', {
+      externalThreadsBusy: external,
+      reserve,
+      planThreads: info.threads,
+      workingThreads: info.workingThreads,
+    });
+  }
+  return external;
+}
+
+/** Writes the worker's two concurrency knobs toward `cap`, keeping what it wrote in `after`. */
+class KnobWriter {
+  readonly after: CapKnobs;
+  changed = false;
+  /** PutFunctionConcurrency hit the account's unreserved minimum. */
+  reservedFallback = false;
+
+  constructor(
+    private readonly deps: AdjustCapDeps,
+    private readonly logger: LogSink,
+    private readonly before: CapKnobs,
+    private readonly mappingUuid: string,
+    private readonly cap: number,
+  ) {
+    this.after = { ...before };
+  }
+
+  /** Lowering: the mapping first; raising: the reservation first, so reserved >= mapping maximum. */
+  async apply(effectiveBefore: number | undefined): Promise<void> {
+    if (effectiveBefore !== undefined && this.cap < effectiveBefore) {
+      await this.setMapping();
+      await this.setReserved();
+      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
+      // keeps the mapping minimum when the reservation failed.
+      await this.setMapping();
+    } else {
+      await this.setReserved();
+      await this.setMapping();
+    }
+  }
+
+  private async setReserved(): Promise<void> {
+    const { cap, deps, after } = this;
+    if (this.before.reservedConcurrency === cap) return;
+    try {
+      await deps.lambda.send(
+        new PutFunctionConcurrencyCommand({
+          FunctionName: deps.workerFunctionName,
+          ReservedConcurrentExecutions: cap,
+        }),
+      );
+      after.reservedConcurrency = cap;
+      this.changed = true;
+    } catch (err) {
+      if (!isUnreservedMinimumError(err)) throw err;
+      this.reservedFallback = true;
+      // A smaller reservation left in place would throttle below the mapping maximum and burn
+      // receive counts, so drop it and let the mapping maximum alone hold the cap.
+      if (this.before.reservedConcurrency !== undefined) {
+        await deps.lambda.send(
+          new DeleteFunctionConcurrencyCommand({ FunctionName: deps.workerFunctionName }),
+        );
+        after.reservedConcurrency = undefined;
+        this.changed = true;
+      }
+      this.logger.warn(
+        'cannot reserve concurrency for the worker (account unreserved minimum); the mapping maximum alone limits it',
+        {
+          cap,
+          error: describe(err),
+          ...(cap < MIN_MAPPING_MAX_CONCURRENCY
+            ? {
+                note: `a cap of ${cap} cannot be held by the mapping alone; it allows ${MIN_MAPPING_MAX_CONCURRENCY}`,
+              }
+            : {}),
+        },
+      );
+    }
+  }
+
+  private async setMapping(): Promise<void> {
+    const { after } = this;
+    // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
+    const wanted = mappingMaximumFor(
+      this.cap,
+      !this.reservedFallback && after.reservedConcurrency !== undefined,
+    );
+    if (after.mappingMaximum === wanted) return;
+    await this.deps.lambda.send(
+      new UpdateEventSourceMappingCommand({
+        UUID: this.mappingUuid,
+        // Never Enabled: a paused pipeline stays paused. `{}` removes the maximum.
+        ScalingConfig: wanted === undefined ? {} : { MaximumConcurrency: wanted },
+      }),
+    );
+    after.mappingMaximum = wanted;
+    this.changed = true;
+  }
 }
 
 async function pauseFor(
