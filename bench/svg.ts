@@ -77,7 +77,45 @@ export function stepPoints(samples: readonly { t: number; v: number }[]): { t: n
   return out;
 }
 
-export function renderChart(input: ChartInput): string {
+interface ChartLine {
+  key: string;
+  label: string;
+  color: string;
+  width: number;
+  dash?: string;
+  get: (p: ChartPoint) => number | undefined;
+}
+
+/** The step lines of the top panel. */
+const LINES: ChartLine[] = [
+  // The cap first, so the dashed plan line stays visible where both are equal.
+  { key: 'cap', label: 'cap', color: '#d32f2f', width: 2, get: (p) => p.cap },
+  {
+    key: 'plan',
+    label: 'plan threads',
+    color: '#616161',
+    width: 2,
+    dash: '6 4',
+    get: (p) => p.planThreads,
+  },
+  {
+    key: 'invocations',
+    label: 'worker invocations in flight',
+    color: '#66bb6a',
+    width: 1,
+    get: (p) => p.invocations,
+  },
+  {
+    key: 'inflight',
+    label: 'CaptchaAI tasks in flight',
+    color: '#1565c0',
+    width: 1.5,
+    get: (p) => p.inFlight,
+  },
+];
+
+/** The chart's scales: time across, threads in the top panel, outcomes per bucket in the bottom one. */
+function frameOf(input: ChartInput) {
   const { series, outcomes } = input;
   const tMax = Math.max(
     1,
@@ -95,7 +133,13 @@ export function renderChart(input: ChartInput): string {
   const totals = outcomes.map((o) => Object.values(o.counts).reduce((a, b) => a + b, 0));
   const bottomMax = Math.max(1, ...totals);
   const yBottom = (v: number) => BOTTOM_PANEL.y + BOTTOM_PANEL.h - (v / bottomMax) * BOTTOM_PANEL.h;
+  return { tMax, plotW, x, topMax, yTop, bottomMax, yBottom };
+}
 
+type Frame = ReturnType<typeof frameOf>;
+
+export function renderChart(input: ChartInput): string {
+  const f = frameOf(input);
   const parts: string[] = [];
   parts.push(
     `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${WIDTH} ${HEIGHT}" width="${WIDTH}" height="${HEIGHT}" font-family="sans-serif" font-size="12">`,
@@ -105,18 +149,28 @@ export function renderChart(input: ChartInput): string {
   if (input.subtitle) {
     parts.push(`<text x="${LEFT}" y="44" fill="#424242">${escapeXml(input.subtitle)}</text>`);
   }
-
   // Steady-state window, shaded across both panels.
   if (input.window && input.window.to > input.window.from) {
-    const x0 = x(input.window.from);
-    const x1 = x(input.window.to);
+    const x0 = f.x(input.window.from);
+    const x1 = f.x(input.window.to);
     parts.push(
       `<rect x="${fmt(x0)}" y="${TOP_PANEL.y}" width="${fmt(x1 - x0)}" height="${BOTTOM_PANEL.y + BOTTOM_PANEL.h - TOP_PANEL.y}" fill="#e3f2fd" opacity="0.6"><title>steady state</title></rect>`,
       `<text x="${fmt(x0 + 4)}" y="${TOP_PANEL.y + 14}" fill="#1565c0">steady state</text>`,
     );
   }
+  parts.push(...axes(f, input.bucketSeconds), ...stepLines(input.series, f));
+  const kinds = [...new Set(input.outcomes.flatMap((o) => Object.keys(o.counts)))].sort(
+    (a, b) => Number(b in OUTCOME_COLORS) - Number(a in OUTCOME_COLORS) || a.localeCompare(b),
+  );
+  parts.push(...outcomeBars(input, f, kinds), ...legend(kinds));
+  parts.push('</svg>');
+  return `${parts.join('\n')}\n`;
+}
 
-  // Axes and grid.
+/** Axes, grid and the panels' frames. */
+function axes(f: Frame, bucketSeconds: number): string[] {
+  const { tMax, plotW, x, topMax, yTop, bottomMax, yBottom } = f;
+  const parts: string[] = [];
   const xStep = tickStep(tMax);
   for (let t = 0; t <= tMax + 1e-9; t += xStep) {
     const xx = fmt(x(t));
@@ -139,82 +193,56 @@ export function renderChart(input: ChartInput): string {
   }
   parts.push(
     `<text transform="translate(16 ${TOP_PANEL.y + TOP_PANEL.h / 2}) rotate(-90)" text-anchor="middle">threads</text>`,
-    `<text transform="translate(16 ${BOTTOM_PANEL.y + BOTTOM_PANEL.h / 2}) rotate(-90)" text-anchor="middle">outcomes / ${fmt(input.bucketSeconds)} s</text>`,
+    `<text transform="translate(16 ${BOTTOM_PANEL.y + BOTTOM_PANEL.h / 2}) rotate(-90)" text-anchor="middle">outcomes / ${fmt(bucketSeconds)} s</text>`,
     `<text x="${LEFT - 6}" y="${fmt(yBottom(bottomMax))}" text-anchor="end" dominant-baseline="middle">${bottomMax}</text>`,
     `<text x="${LEFT - 6}" y="${fmt(yBottom(0))}" text-anchor="end" dominant-baseline="middle">0</text>`,
     `<rect x="${LEFT}" y="${TOP_PANEL.y}" width="${plotW}" height="${TOP_PANEL.h}" fill="none" stroke="#9e9e9e"/>`,
     `<rect x="${LEFT}" y="${BOTTOM_PANEL.y}" width="${plotW}" height="${BOTTOM_PANEL.h}" fill="none" stroke="#9e9e9e"/>`,
   );
+  return parts;
+}
 
-  // Step lines.
-  const lines: {
-    key: string;
-    label: string;
-    color: string;
-    width: number;
-    dash?: string;
-    get: (p: ChartPoint) => number | undefined;
-  }[] = [
-    // The cap first, so the dashed plan line stays visible where both are equal.
-    { key: 'cap', label: 'cap', color: '#d32f2f', width: 2, get: (p) => p.cap },
-    {
-      key: 'plan',
-      label: 'plan threads',
-      color: '#616161',
-      width: 2,
-      dash: '6 4',
-      get: (p) => p.planThreads,
-    },
-    {
-      key: 'invocations',
-      label: 'worker invocations in flight',
-      color: '#66bb6a',
-      width: 1,
-      get: (p) => p.invocations,
-    },
-    {
-      key: 'inflight',
-      label: 'CaptchaAI tasks in flight',
-      color: '#1565c0',
-      width: 1.5,
-      get: (p) => p.inFlight,
-    },
-  ];
-  for (const line of lines) {
+function stepLines(series: readonly ChartPoint[], f: Frame): string[] {
+  const parts: string[] = [];
+  for (const line of LINES) {
     const samples = series
       .map((p) => ({ t: p.t, v: line.get(p) }))
       .filter((s): s is { t: number; v: number } => s.v !== undefined);
     if (samples.length === 0) continue;
     const pts = stepPoints(samples)
-      .map((s) => `${fmt(x(s.t))},${fmt(yTop(s.v))}`)
+      .map((s) => `${fmt(f.x(s.t))},${fmt(f.yTop(s.v))}`)
       .join(' ');
     parts.push(
       `<polyline data-series="${line.key}" points="${pts}" fill="none" stroke="${line.color}" stroke-width="${line.width}"${line.dash ? ` stroke-dasharray="${line.dash}"` : ''}/>`,
     );
   }
+  return parts;
+}
 
-  // Stacked outcome bars.
-  const barW = Math.max(1, (input.bucketSeconds / tMax) * plotW - 1);
-  const kinds = [...new Set(outcomes.flatMap((o) => Object.keys(o.counts)))].sort(
-    (a, b) => Number(b in OUTCOME_COLORS) - Number(a in OUTCOME_COLORS) || a.localeCompare(b),
-  );
-  for (const o of outcomes) {
+/** Stacked outcome bars, one per bucket. */
+function outcomeBars(input: ChartInput, f: Frame, kinds: string[]): string[] {
+  const parts: string[] = [];
+  const barW = Math.max(1, (input.bucketSeconds / f.tMax) * f.plotW - 1);
+  for (const o of input.outcomes) {
     let base = 0;
     for (const kind of kinds) {
       const n = o.counts[kind] ?? 0;
       if (n === 0) continue;
-      const y0 = yBottom(base + n);
+      const y0 = f.yBottom(base + n);
       parts.push(
-        `<rect data-kind="${escapeXml(kind)}" x="${fmt(x(o.t))}" y="${fmt(y0)}" width="${fmt(barW)}" height="${fmt(yBottom(base) - y0)}" fill="${OUTCOME_COLORS[kind] ?? OTHER_COLOR}"><title>${fmt(o.t)} s: ${n} ${escapeXml(kind)}</title></rect>`,
+        `<rect data-kind="${escapeXml(kind)}" x="${fmt(f.x(o.t))}" y="${fmt(y0)}" width="${fmt(barW)}" height="${fmt(f.yBottom(base) - y0)}" fill="${OUTCOME_COLORS[kind] ?? OTHER_COLOR}"><title>${fmt(o.t)} s: ${n} ${escapeXml(kind)}</title></rect>`,
       );
       base += n;
     }
   }
+  return parts;
+}
 
-  // Legend.
+function legend(kinds: string[]): string[] {
+  const parts: string[] = [];
   let lx = LEFT;
   const ly = 60;
-  for (const line of lines) {
+  for (const line of LINES) {
     parts.push(
       `<line x1="${lx}" y1="${ly - 4}" x2="${lx + 22}" y2="${ly - 4}" stroke="${line.color}" stroke-width="${Math.max(2, line.width)}"${line.dash ? ` stroke-dasharray="${line.dash}"` : ''}/>`,
       `<text x="${lx + 26}" y="${ly}">${escapeXml(line.label)}</text>`,
@@ -230,6 +258,5 @@ export function renderChart(input: ChartInput): string {
     );
     bx += 24 + kind.length * 6.4;
   }
-  parts.push('</svg>');
-  return `${parts.join('\n')}\n`;
+  return parts;
 }

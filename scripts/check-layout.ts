@@ -42,7 +42,6 @@ export const PENDING: Pending[] = [
   { file: 'infra/constructs/monitoring.ts', name: 'Monitoring.constructor', lines: 194 },
   { file: 'local/standins/target.ts', name: 'startTargetStandin', lines: 189 },
   { file: 'local/standins/target.ts', name: 'handle', lines: 130 },
-  { file: 'bench/svg.ts', name: 'renderChart', lines: 156 },
   { file: 'cli/commands/enqueue.ts', name: 'enqueue', lines: 136 },
   { file: 'functions/worker/record-flow.ts', name: 'processRecord', lines: 132 },
   { file: 'local/chaos/run.ts', name: 'runChaos', lines: 112 },
