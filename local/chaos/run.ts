@@ -97,8 +97,109 @@ async function unfinished(stack: LocalStack, bodies: string[], keys: string[]): 
   return bodies.filter((_, i) => !final.has(keys[i] as string));
 }
 
-export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
+interface Drive {
+  stack: LocalStack;
+  o: ChaosOptions;
+  bodies: string[];
+  keys: string[];
+  cap: number;
+  /** Starts a new runtime process (the newest one is the one killed next). */
+  start: () => Promise<void>;
+  kill: () => Promise<void>;
+}
+
+/** Feeds the records and kills the runtime now and then until every record ended and the queue is empty. */
+async function drive(d: Drive): Promise<{ kills: number; timedOut: boolean; elapsedS: number }> {
+  const { stack, o, bodies, keys, cap } = d;
   const random = seedrandom(String(o.seed));
+  const untilKill = () => (o.killMeanS > 0 ? -Math.log(1 - random()) * o.killMeanS * 1000 : Infinity);
+  const startedAt = Date.now();
+  const deadline = startedAt + o.maxSeconds * 1000;
+  let sent = 0;
+  let fed = false;
+  const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, {
+    maxQueued: 2 * cap,
+    signal: o.signal,
+    onSent: (n) => {
+      sent = n;
+    },
+  }).then(() => {
+    fed = true;
+  });
+  let kills = 0;
+  let nextKill = Date.now() + untilKill();
+  let allEnded = false;
+  let timedOut = false;
+  for (;;) {
+    if (o.signal?.aborted) throw new Error('interrupted');
+    if (Date.now() > deadline) {
+      timedOut = true;
+      break;
+    }
+    if (fed && (await ended(stack, bodies, startedAt))) break;
+    // Kills only while records are still being worked (not in the wait for the queue to empty).
+    if (Date.now() >= nextKill && kills < o.maxKills && !allEnded) {
+      await d.kill();
+      kills += 1;
+      o.log(`chaos: runtime killed (${kills})`);
+      await d.start();
+      // Producers are at least once: after a failure they send what has no outcome yet.
+      await sendAgain(stack, await unfinished(stack, bodies.slice(0, sent), keys));
+      nextKill = Date.now() + untilKill();
+    }
+    await sleep(1000);
+    const p = await progressOf(stack, expectedOutcomes(bodies), startedAt, bodies.length);
+    allEnded = fed && everyRecordFinished(p);
+    o.log(`chaos: ${p.done}/${p.total} ended, in flight ${p.inFlight}/${cap}, kills ${kills}`);
+  }
+  await feeding;
+  return { kills, timedOut, elapsedS: (Date.now() - startedAt) / 1000 };
+}
+
+/** The checker's verdict on the stand-ins' logs and the emulator's state, and the faults counted where they landed. */
+async function judge(d: Drive, logDir: string, kills: number, finalWriteRules: number) {
+  const { stack, o, keys, cap } = d;
+  const standin = stack.captcha.stats();
+  const [rows, dlq, depth, rules] = await Promise.all([
+    readOutcomes(stack),
+    readDlq(stack),
+    queueDepth(stack, stack.outputs.QueueUrl),
+    awsFaults(stack.awsEnv.AWS_ENDPOINT_URL ?? ''),
+  ]);
+  const verdict = checkChaos({
+    keys,
+    cap,
+    // The deployed timings at this time scale (local/stack/local-stack.ts localSettings).
+    deadlineMs: DEFAULT_TIMINGS.deadlineMs * o.timeScale,
+    cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
+    captcha: stack.captcha.events(0).entries,
+    target: stack.site.events(0).entries,
+    rows: new Map(rows.map((r) => [r.record_key, { status: r.status, reason: r.reason }])),
+    dlqKeys: dlq.map((e) => e.recordKey ?? e.messageId),
+    queueLeft: depth.visible + depth.inFlight,
+    logText: logsOf(logDir),
+    // Every token the stand-in issues has this shape, so one scan finds any of them (a search
+    // for each received token would read the whole log once per record).
+    secrets: [stack.apiKey],
+    tokenPattern: TOKEN_PATTERN,
+  });
+  const failed = (pred: (r: (typeof rules)[number]) => boolean) =>
+    rules.filter(pred).reduce((n, r) => n + r.failed, 0);
+  const faults: FaultCounts = {
+    lostHtml502: standin.lostAnswers.html502,
+    lostDrop: standin.lostAnswers.drop,
+    lostLate: standin.lostAnswers.late,
+    postDropped: stack.site.stats().droppedAfterPost,
+    // The final-write rules are per record (a key); the throttle rule is the one drawn at a rate.
+    finalWriteFailed: failed((r) => r.key !== null),
+    finalWriteRules,
+    throttled: failed((r) => r.key === null),
+    kills,
+  };
+  return { verdict, faults };
+}
+
+export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const logDir = join(REPO_ROOT, '.local-stack', 'chaos', `${o.seed}-${randomBytes(3).toString('hex')}`);
   const deployStart = Date.now();
   const stack = await startLocalStack({
@@ -121,89 +222,23 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     const bodies = generatedRecords(stack.site.url, stack.site.sitekey, o.records, `chaos-${o.seed}`);
     const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
     const finalWriteRules = await armFaults(stack, o, keys);
-    const start = () => spawnRuntimeProcess(localRuntimeOptions(stack)).then((r) => runtimes.push(r));
-    await start();
-    const startedAt = Date.now();
-    const deadline = startedAt + o.maxSeconds * 1000;
-    const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, {
-      maxQueued: 2 * cap,
-      signal: o.signal,
-    });
-    let kills = 0;
-    let nextKill = o.killMeanS > 0 ? Date.now() + -Math.log(1 - random()) * o.killMeanS * 1000 : Infinity;
-    let timedOut = false;
-    let fed = false;
-    void feeding.then(() => {
-      fed = true;
-    });
-    for (;;) {
-      if (o.signal?.aborted) throw new Error('interrupted');
-      if (Date.now() > deadline) {
-        timedOut = true;
-        break;
-      }
-      if (fed && (await ended(stack, bodies, startedAt))) break;
-      if (Date.now() >= nextKill && kills < o.maxKills) {
-        await runtimes.at(-1)?.kill();
-        kills += 1;
-        o.log(`chaos: runtime killed (${kills})`);
-        await start();
-        // Producers are at least once: after a failure they send what has no outcome yet.
-        if (fed) await sendAgain(stack, await unfinished(stack, bodies, keys));
-        nextKill = Date.now() + -Math.log(1 - random()) * o.killMeanS * 1000;
-      }
-      await sleep(1000);
-      const p = await progressOf(stack, expectedOutcomes(bodies), startedAt, bodies.length);
-      o.log(`chaos: ${p.done}/${p.total} ended, in flight ${p.inFlight}/${cap}, kills ${kills}`);
-    }
-    await feeding;
-    const elapsedS = (Date.now() - startedAt) / 1000;
-    const standin = stack.captcha.stats();
-    const [rows, dlq, depth, rules] = await Promise.all([
-      readOutcomes(stack),
-      readDlq(stack),
-      queueDepth(stack, stack.outputs.QueueUrl),
-      awsFaults(stack.awsEnv.AWS_ENDPOINT_URL ?? ''),
-    ]);
-    await Promise.all(runtimes.map((r) => r.stop()));
-    const verdict = checkChaos({
+    const d: Drive = {
+      stack,
+      o,
+      bodies,
       keys,
       cap,
-      // The deployed timings at this time scale (local/stack/local-stack.ts localSettings).
-      deadlineMs: DEFAULT_TIMINGS.deadlineMs * o.timeScale,
-      cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
-      captcha: stack.captcha.events(0).entries,
-      target: stack.site.events(0).entries,
-      rows: new Map(rows.map((r) => [r.record_key, { status: r.status, reason: r.reason }])),
-      dlqKeys: dlq.map((d) => d.recordKey ?? d.messageId),
-      queueLeft: depth.visible + depth.inFlight,
-      logText: logsOf(logDir),
-      // Every token the stand-in issues has this shape, so one scan finds any of them (a search
-      // for each received token would read the whole log once per record).
-      secrets: [stack.apiKey],
-      tokenPattern: TOKEN_PATTERN,
-    });
-    if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
-    const failed = (pred: (r: (typeof rules)[number]) => boolean) =>
-      rules.filter(pred).reduce((n, r) => n + r.failed, 0);
-    return {
-      ...verdict,
-      seed: o.seed,
-      faults: {
-        lostHtml502: standin.lostAnswers.html502,
-        lostDrop: standin.lostAnswers.drop,
-        lostLate: standin.lostAnswers.late,
-        postDropped: stack.site.stats().droppedAfterPost,
-        finalWriteFailed: failed((r) => r.contains.length > 0),
-        finalWriteRules,
-        throttled: failed((r) => r.error === 'ProvisionedThroughputExceededException'),
-        kills,
+      start: () => spawnRuntimeProcess(localRuntimeOptions(stack)).then((r) => void runtimes.push(r)),
+      kill: async () => {
+        await runtimes.at(-1)?.kill();
       },
-      elapsedS,
-      deployS,
-      logDir,
-      timedOut,
     };
+    await d.start();
+    const { kills, timedOut, elapsedS } = await drive(d);
+    await Promise.all(runtimes.map((r) => r.stop()));
+    const { verdict, faults } = await judge(d, logDir, kills, finalWriteRules);
+    if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
+    return { ...verdict, seed: o.seed, faults, elapsedS, deployS, logDir, timedOut };
   } finally {
     await Promise.all(runtimes.map((r) => r.kill()));
     await stack.stop();
