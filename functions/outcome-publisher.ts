@@ -75,16 +75,48 @@ export interface PublisherDeps {
   logger: Logger;
 }
 
+type Pending = { sequence: string; message: OutcomeMessage };
+
+/** One SendMessageBatch; the sequence numbers of the entries SQS did not take. */
+async function sendBatch(chunk: Pending[], deps: PublisherDeps): Promise<string[]> {
+  const out = await deps.sqs.send(
+    new SendMessageBatchCommand({
+      QueueUrl: deps.queueUrl,
+      Entries: chunk.map((p, j) => entryOf(p.message, String(j))),
+    }),
+  );
+  return (out.Failed ?? []).flatMap((f) => chunk[Number(f.Id)]?.sequence ?? []);
+}
+
+/**
+ * Sends a chunk; when SQS refuses the whole call, each entry is sent again on its own, so a record
+ * that can never be sent fails alone and does not take the good records of its call with it to
+ * the stream's failure destination.
+ */
+async function sendChunk(chunk: Pending[], deps: PublisherDeps): Promise<string[]> {
+  try {
+    return await sendBatch(chunk, deps);
+  } catch (err) {
+    if (chunk.length > 1) return (await Promise.all(chunk.map((p) => sendChunk([p], deps)))).flat();
+    deps.logger.error('could not publish an outcome; the stream will retry it', {
+      errorName: (err as Error).name,
+      errorMessage: (err as Error).message,
+      record_key: chunk[0]?.message.record_key,
+    });
+    return chunk.map((p) => p.sequence);
+  }
+}
+
 /**
  * Publishes a stream batch. Returns Lambda's partial batch response for streams: the sequence
  * numbers of records not sent (Lambda retries the batch from the lowest of them, so nothing
- * after a failure is skipped). A whole failed call reports every record of its chunk.
+ * after a failure is skipped). A record is reported only when it could not be sent on its own.
  */
 export async function publishOutcomes(
   event: DynamoDBStreamEvent,
   deps: PublisherDeps,
 ): Promise<DynamoDBBatchResponse> {
-  const pending: { sequence: string; message: OutcomeMessage }[] = [];
+  const pending: Pending[] = [];
   for (const record of event.Records) {
     const message = outcomeMessageOf(record);
     const sequence = record.dynamodb?.SequenceNumber;
@@ -92,26 +124,7 @@ export async function publishOutcomes(
   }
   const failed: string[] = [];
   for (let i = 0; i < pending.length; i += BATCH_ENTRIES) {
-    const chunk = pending.slice(i, i + BATCH_ENTRIES);
-    try {
-      const out = await deps.sqs.send(
-        new SendMessageBatchCommand({
-          QueueUrl: deps.queueUrl,
-          Entries: chunk.map((p, j) => entryOf(p.message, String(j))),
-        }),
-      );
-      for (const f of out.Failed ?? []) {
-        const entry = chunk[Number(f.Id)];
-        if (entry) failed.push(entry.sequence);
-      }
-    } catch (err) {
-      deps.logger.error('could not publish outcomes; the stream will retry them', {
-        errorName: (err as Error).name,
-        errorMessage: (err as Error).message,
-        records: chunk.length,
-      });
-      for (const p of chunk) failed.push(p.sequence);
-    }
+    failed.push(...(await sendChunk(pending.slice(i, i + BATCH_ENTRIES), deps)));
   }
   deps.logger.info('published outcomes', {
     records: event.Records.length,

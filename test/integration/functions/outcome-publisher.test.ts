@@ -6,7 +6,7 @@ import {
   GetRecordsCommand,
   GetShardIteratorCommand,
 } from '@aws-sdk/client-dynamodb-streams';
-import { CreateQueueCommand, type SendMessageBatchCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../../functions/common/errors.js';
@@ -17,6 +17,7 @@ import {
   readPublisherConfig,
 } from '../../../functions/outcome-publisher.js';
 import { OutcomesStore } from '../../../functions/records/store.js';
+import { addAwsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
 import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { type AwsClients, clientsFor, receive, startMoto } from '../../fixtures/aws.js';
 
@@ -137,30 +138,36 @@ describe('outcome publisher (moto DynamoDB stream and SQS)', () => {
     expect(ok.MessageAttributes?.batch_id?.StringValue).toBe('b1');
   });
 
-  it('reports the records it could not send, so the stream retries from the first of them', async () => {
-    // Prepare: 12 final outcomes (two SendMessageBatch calls); the second call fails
+  it('reports only the record SQS refuses, resending the rest of a refused call one by one', async () => {
+    // Prepare: 12 final outcomes (two SendMessageBatch calls); the emulator refuses every send that
+    // carries r11, so the second call (r10, r11) fails as a whole
     const t = await streamedTable();
     for (let i = 0; i < 12; i++) await t.store.reject(`r${i}`, 'sitekey: is required');
     const event = await t.event();
-    let calls = 0;
-    const failing = {
-      send: async (command: SendMessageBatchCommand) => {
-        calls += 1;
-        if (calls === 2)
-          throw Object.assign(new Error('service unavailable'), { name: 'ServiceUnavailable' });
-        return clients.sqs.send(command);
-      },
-    } as unknown as SQSClient;
     const queueUrl = await outcomesQueue(clients.sqs);
+    await addAwsFaults(moto.endpoint, [
+      {
+        operation: 'SendMessageBatch',
+        service: 'sqs',
+        contains: ['\\"r11\\"'],
+        times: 0,
+        error: 'InvalidParameterValue',
+      },
+    ]);
     // Act
-    const result = await publishOutcomes(event, { sqs: failing, queueUrl, logger });
+    const result = await publishOutcomes(event, { sqs: clients.sqs, queueUrl, logger });
+    await clearAwsFaults(moto.endpoint);
     // Assess
     // (moto writes a new row as two stream records, the key alone and then the update.)
     const final = event.Records.filter((r) => outcomeMessageOf(r) !== undefined);
     expect(final).toHaveLength(12);
-    const sequences = final.map((r) => r.dynamodb!.SequenceNumber!);
-    expect(result.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(sequences.slice(10));
-    expect(await receive(clients.sqs, queueUrl, 10, 0)).toHaveLength(10);
+    const poison = final.find((r) => outcomeMessageOf(r)?.record_key === 'r11')!.dynamodb!.SequenceNumber!;
+    expect(result.batchItemFailures.map((f) => f.itemIdentifier)).toEqual([poison]);
+    const sent = [
+      ...(await receive(clients.sqs, queueUrl, 10, 30)),
+      ...(await receive(clients.sqs, queueUrl, 10, 30)),
+    ].map((m) => JSON.parse(m.Body!).record_key);
+    expect(sent.sort()).toEqual(Array.from({ length: 11 }, (_, i) => `r${i}`).sort());
   });
 
   it('ignores a record whose status did not change to a final one', () => {
