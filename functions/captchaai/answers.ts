@@ -27,32 +27,6 @@ export class RequestNotSentError extends TransientError {
   override name = 'RequestNotSentError';
 }
 
-/**
- * Socket error codes that are raised before a request's first byte is written: connect refused
- * or unreachable, DNS, TLS handshake and certificate failures, undici's connect timeout. A reset
- * (ECONNRESET, UND_ERR_SOCKET) can come after the request was sent, so it is not among them.
- */
-const NOT_SENT_CODES = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EAI_FAIL',
-  'ENETUNREACH',
-  'EHOSTUNREACH',
-  'EADDRNOTAVAIL',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'CERT_HAS_EXPIRED',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-]);
-
-/** Whether a network error's code proves the request was never sent (see NOT_SENT_CODES). */
-export function failedBeforeSending(code: string): boolean {
-  return NOT_SENT_CODES.has(code) || code.startsWith('ERR_TLS_') || code.startsWith('ERR_SSL_');
-}
-
 /** Codes that would fail every record the same way: halt all workers. */
 export const STOP_CODES = new Set([
   'ERROR_WRONG_USER_KEY',

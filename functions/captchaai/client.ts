@@ -88,16 +88,23 @@ interface SolveState {
   pollsTotal: number;
   /** Rate-limit answers in a row (the back-off doubles with each). */
   rateLimitsInARow: number;
-  readonly onSubmitted: ((taskId: string) => void) | undefined;
+  readonly onSubmitted: ((taskId: string, submits: number) => void) | undefined;
 }
 
 export interface SolveOptions {
   signal?: AbortSignal;
   /**
    * Called when in.php accepted a task (again after an UNSOLVABLE resubmission), so the caller can
-   * work while CaptchaAI solves, e.g. load the page. Exceptions it throws are ignored.
+   * work while CaptchaAI solves, e.g. load the page. `submits`: in.php calls of this solve so far,
+   * this one included. Exceptions it throws are ignored.
    */
-  onSubmitted?: (taskId: string) => void;
+  onSubmitted?: (taskId: string, submits: number) => void;
+  /**
+   * A task an earlier attempt submitted (and recorded) at `submittedAt` (epoch ms): it is polled
+   * until its deadline instead of submitting another. An UNSOLVABLE answer still gets its one
+   * fresh resubmission.
+   */
+  resume?: { taskId: string; submittedAt: number };
 }
 
 /**
@@ -188,10 +195,17 @@ export class CaptchaAiClient {
     try {
       o.signal?.throwIfAborted();
       const params = taskParams(task);
+      let resume = o.resume;
       for (;;) {
+        const resumed = resume;
+        resume = undefined;
         try {
-          const taskId = await this.#submit(params, state);
-          const token = await this.#poll(taskId, state);
+          if (resumed) {
+            state.taskId = resumed.taskId;
+            this.#emit({ kind: 'resumed', captchaType: task.type, taskId: resumed.taskId });
+          }
+          const taskId = resumed ? resumed.taskId : await this.#submit(params, state);
+          const token = await this.#poll(taskId, state, resumed?.submittedAt);
           const solvedAt = this.#now();
           const solveMs = solvedAt - started;
           const polls = state.pollsTotal;
@@ -280,7 +294,7 @@ export class CaptchaAiClient {
             submit: state.submits,
           });
           try {
-            state.onSubmitted?.(answer.value);
+            state.onSubmitted?.(answer.value, state.submits);
           } catch {
             // The caller's side work must never break the solve.
           }
@@ -385,8 +399,7 @@ export class CaptchaAiClient {
    * budget. The schedule is the poll schedule's (poll-schedule.ts); after a server error the next call waits at
    * least `serverErrorWaitMs`, after a rate limit the rate-limit back-off.
    */
-  async #poll(taskId: string, state: SolveState): Promise<string> {
-    const submittedAt = this.#now();
+  async #poll(taskId: string, state: SolveState, submittedAt = this.#now()): Promise<string> {
     const deadlineMs = this.#scaled(this.#timings.deadlineMs);
     const type = state.captchaType;
     const plan = this.#schedule.planFor(type);

@@ -1,12 +1,7 @@
 import { readAtMost } from '../common/bounded-read.js';
 import { TransientError } from '../common/errors.js';
-import {
-  AnswerUnreadableError,
-  failedBeforeSending,
-  type HttpReply,
-  networkReason,
-  RequestNotSentError,
-} from './answers.js';
+import { failedBeforeSending } from '../common/network.js';
+import { AnswerUnreadableError, type HttpReply, networkReason, RequestNotSentError } from './answers.js';
 
 /**
  * CaptchaAI's answers are a status and a task id or a token (a few KiB at most); a longer body

@@ -48,7 +48,11 @@ export class RotatingCaptchaAiClient {
         this.#keys,
         (key) => {
           calls += 1;
-          return this.#clientFor(key).solve(task, o);
+          const onSubmitted = o.onSubmitted;
+          return this.#clientFor(key).solve(
+            task,
+            onSubmitted ? { ...o, onSubmitted: (id, submits) => onSubmitted(id, total(submits)) } : o,
+          );
         },
         (err: StopClassError) => {
           firstSubmits = err.submits ?? 0;

@@ -63,6 +63,8 @@ export type ClientEvent =
    * may exist, so the client waits `waitMs` (its deadline) and ends the solve `code`.
    */
   | { kind: 'answer_lost'; captchaType: CaptchaType; code: string; cause: string; waitMs: number }
+  /** An earlier attempt's task is polled again instead of submitting another (SolveOptions.resume). */
+  | { kind: 'resumed'; captchaType: CaptchaType; taskId: string }
   /** The task was UNSOLVABLE; the client submits it once more as a fresh task. */
   | { kind: 'resubmit'; captchaType: CaptchaType; previousTaskId: string; code: string }
   /** About to call res.php for the task. */

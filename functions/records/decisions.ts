@@ -9,7 +9,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
-import type { ClaimResult } from './store.js';
+import type { ClaimResult, OutcomeRow } from './store.js';
 
 /** Why a claim was refused. */
 type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
@@ -42,6 +42,12 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * TARGET_HTTP_<status>.
  * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
  * delete): retry INTERNAL_ERROR, lease kept.
+ * decidePriorPhase — a claim took a row an earlier claim left behind: its `posting_at` without a
+ * final status → `failed` OUTCOME_UNKNOWN, never posted again; its task before the deadline →
+ * resume it (poll, no submit); after the deadline but within the cool-down → hold the slot until
+ * then, then submit; else start afresh.
+ * decideFinalWriteLost — the final write threw on every try: retry FINAL_WRITE_FAILED with the
+ * lease kept, not before it expires (the posting marker then ends the record OUTCOME_UNKNOWN).
  */
 export type RecordDecision =
   | { action: 'reject'; recordKey: string; reason: string }
@@ -78,6 +84,9 @@ export const REASON = {
   ABORTED: 'ABORTED',
   LEASED_ELSEWHERE: 'LEASED_ELSEWHERE',
   ALREADY_FINISHED: 'ALREADY_FINISHED',
+  /** The form may or may not have taken the record: its POST was sent and its answer lost. */
+  OUTCOME_UNKNOWN: 'OUTCOME_UNKNOWN',
+  FINAL_WRITE_FAILED: 'FINAL_WRITE_FAILED',
   OK: 'OK',
 } as const;
 
@@ -149,4 +158,35 @@ export function decideTargetResponse(httpStatus: number): { status: 'submitted' 
 /** The record's handling itself threw (claim, DLQ or delete call): retry it later, lease kept. */
 export function decideCrash(): RecordDecision {
   return { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR };
+}
+
+/** What a claim must do about the phase markers an earlier claim of the record left on its row. */
+export type PriorPhase =
+  | { kind: 'fresh' }
+  /** The earlier claim was about to POST (or did): end the record OUTCOME_UNKNOWN without posting. */
+  | { kind: 'posted'; decision: RecordDecision }
+  /** The earlier claim's task is within its deadline: poll it instead of submitting another. */
+  | { kind: 'resume'; taskId: string; submittedAt: number }
+  /** The earlier claim's task may still hold a thread (cool-down): hold the slot until `until` (epoch ms). */
+  | { kind: 'wait'; until: number };
+
+export function decidePriorPhase(
+  previous: OutcomeRow | undefined,
+  t: { now: number; deadlineMs: number; cooldownMs: number },
+): PriorPhase {
+  if (!previous || (previous.status !== 'in_progress' && previous.status !== 'stopped')) {
+    return { kind: 'fresh' };
+  }
+  if (previous.posting_at !== undefined) {
+    return { kind: 'posted', decision: { action: 'fail', reason: REASON.OUTCOME_UNKNOWN } };
+  }
+  const { task_id: taskId, task_submitted_at: submittedAt } = previous;
+  if (taskId === undefined || submittedAt === undefined) return { kind: 'fresh' };
+  if (t.now < submittedAt + t.deadlineMs) return { kind: 'resume', taskId, submittedAt };
+  const until = submittedAt + t.deadlineMs + t.cooldownMs;
+  return t.now < until ? { kind: 'wait', until } : { kind: 'fresh' };
+}
+
+export function decideFinalWriteLost(leaseExpiresAt: number): RecordDecision {
+  return { action: 'retry', release: false, reason: REASON.FINAL_WRITE_FAILED, notBefore: leaseExpiresAt };
 }

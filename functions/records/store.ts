@@ -15,7 +15,9 @@ import { FINAL_STATUSES } from './fields.js';
  * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
  *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why; when the
  *   emulator leaves the row out of the error, a consistent read fetches it (see existingRow).
- * - finish / release: only while this owner still holds the claim.
+ * - finish / release / the phase markers (task_id + task_submitted_at, posting_at): only while
+ *   this owner still holds the claim. A successful claim returns the row it replaced, markers
+ *   and all, so the claimant knows what an earlier claim left behind.
  * - reject: only when there is no row at all (a malformed duplicate never overwrites).
  * batch_id is set by the first claim or reject that carries one and never changed after: a
  * record sent again under another batch keeps its first row, and so its first batch.
@@ -38,10 +40,17 @@ export interface OutcomeRow {
   lease_owner?: string;
   /** Epoch ms. */
   lease_expires_at?: number;
+  /** Phase marker: the CaptchaAI task of the current claim, written once in.php answered. */
+  task_id?: string;
+  /** Phase marker: when in.php answered with task_id (epoch ms); its deadline runs from here. */
+  task_submitted_at?: number;
+  /** Phase marker: written just before the form POST (epoch ms); the form may have taken the token since. */
+  posting_at?: number;
 }
 
 export type ClaimResult =
-  | { claimed: true; leaseExpiresAt: number }
+  /** `previous`: the row as it was before this claim took it (an expired lease, `stopped`), with its phase markers. */
+  | { claimed: true; leaseExpiresAt: number; previous?: OutcomeRow }
   /** `finished`: submitted / failed / rejected. `leased`: in_progress with a live lease. */
   | { claimed: false; why: 'finished' | 'leased'; row: OutcomeRow | undefined };
 
@@ -61,6 +70,23 @@ export interface OutcomesStoreOptions {
   tableName: string;
   /** Epoch ms; leases compare against it. */
   now?: () => number;
+  /** Waits between tries of a write that threw (see WRITE_TRIES). */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * A write of the record's own claim (final outcome, phase marker) that throws (throttling, a 5xx
+ * after the SDK's own retries) is tried this many times in all, waiting WRITE_BACKOFF_MS, then
+ * twice that, and so on between tries. A conditional refusal is an answer, never retried.
+ */
+export const WRITE_TRIES = 4;
+export const WRITE_BACKOFF_MS = 250;
+
+/** The longest the back-off between WRITE_TRIES tries of one write adds up to. */
+export function writeBackoffTotalMs(): number {
+  let total = 0;
+  for (let i = 0; i < WRITE_TRIES - 1; i++) total += WRITE_BACKOFF_MS * 2 ** i;
+  return total;
 }
 
 /** The final statuses: a record with one of them is finished (`stopped` is not: a redrive may claim it again). */
@@ -103,9 +129,11 @@ function conditionFailed(err: unknown): err is ConditionalCheckFailedException {
 
 export class OutcomesStore {
   private readonly now: () => number;
+  private readonly sleep: (ms: number) => Promise<void>;
 
   constructor(private readonly options: OutcomesStoreOptions) {
     this.now = options.now ?? Date.now;
+    this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
   async get(recordKey: string): Promise<OutcomeRow | undefined> {
@@ -127,7 +155,7 @@ export class OutcomesStore {
     const now = this.now();
     const leaseExpiresAt = now + claim.leaseMs;
     try {
-      await this.options.client.send(
+      const out = await this.options.client.send(
         new UpdateItemCommand({
           TableName: this.options.tableName,
           Key: { record_key: s(recordKey) },
@@ -149,10 +177,13 @@ export class OutcomesStore {
             ':iso': s(new Date(now).toISOString()),
             ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
           },
+          // The row before the claim: its phase markers say what an earlier claim left behind.
+          ReturnValues: 'ALL_OLD',
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
       );
-      return { claimed: true, leaseExpiresAt };
+      const previous = rowFrom(out.Attributes);
+      return previous ? { claimed: true, leaseExpiresAt, previous } : { claimed: true, leaseExpiresAt };
     } catch (err) {
       if (!conditionFailed(err)) throw err;
       const row = await this.existingRow(recordKey, err);
@@ -184,11 +215,94 @@ export class OutcomesStore {
       sets.push('solve_ms = :solve');
       values[':solve'] = n(Math.round(outcome.solveMs));
     }
-    return this.conditionalUpdate(recordKey, {
+    const update = {
       ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
       UpdateExpression: `SET ${sets.join(', ')} REMOVE lease_expires_at`,
       ExpressionAttributeValues: values,
+    };
+    return this.withTries(async (retry) => {
+      const result = await this.conditionalUpdate(recordKey, update);
+      // A try whose answer was lost may have landed: then the row is ours, with this outcome.
+      if (
+        !result.written &&
+        retry &&
+        result.row?.lease_owner === owner &&
+        result.row.status === outcome.status
+      ) {
+        return { written: true };
+      }
+      return result;
     });
+  }
+
+  /**
+   * Phase marker: in.php answered with `taskId` at `submittedAt` (one conditional write, only
+   * while `owner` holds the claim). A worker that takes over an expired lease resumes that task
+   * while its deadline has not passed, instead of submitting another.
+   */
+  async markSubmitted(
+    recordKey: string,
+    owner: string,
+    task: { taskId: string; submittedAt: number; attempts: number },
+  ): Promise<WriteResult> {
+    const condition = 'lease_owner = :owner AND #status = :in_progress';
+    const update = (retry: boolean) => ({
+      // A try whose answer was lost may have landed: a retry never counts the attempts twice.
+      ConditionExpression: retry
+        ? `${condition} AND (attribute_not_exists(task_id) OR task_id <> :task)`
+        : condition,
+      // `attempts`: in.php calls not yet counted on the row, so a claim that dies still counts them.
+      UpdateExpression:
+        'SET task_id = :task, task_submitted_at = :at, attempts = if_not_exists(attempts, :zero) + :attempts',
+      ExpressionAttributeValues: {
+        ':owner': s(owner),
+        ':in_progress': s('in_progress'),
+        ':task': s(task.taskId),
+        ':at': n(task.submittedAt),
+        ':zero': n(0),
+        ':attempts': n(task.attempts),
+      },
+    });
+    return this.withTries(async (retry) => {
+      const result = await this.conditionalUpdate(recordKey, update(retry));
+      if (
+        !result.written &&
+        retry &&
+        result.row?.lease_owner === owner &&
+        result.row.task_id === task.taskId
+      ) {
+        return { written: true };
+      }
+      return result;
+    });
+  }
+
+  /**
+   * Phase marker, written just before the form POST, only while `owner` holds the claim: from
+   * now on the form may have taken the token, so no later claim may post again (it ends the
+   * record `failed OUTCOME_UNKNOWN`). Not written, no POST.
+   */
+  async markPosting(recordKey: string, owner: string): Promise<WriteResult> {
+    const at = this.now();
+    return this.withTries(() =>
+      this.conditionalUpdate(recordKey, {
+        ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+        UpdateExpression: 'SET posting_at = :at',
+        ExpressionAttributeValues: { ':owner': s(owner), ':in_progress': s('in_progress'), ':at': n(at) },
+      }),
+    );
+  }
+
+  /** Runs a write up to WRITE_TRIES times while it throws, with a doubling back-off. */
+  private async withTries<T>(write: (retry: boolean) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await write(attempt > 1);
+      } catch (err) {
+        if (attempt >= WRITE_TRIES) throw err;
+        await this.sleep(WRITE_BACKOFF_MS * 2 ** (attempt - 1));
+      }
+    }
   }
 
   /**
@@ -198,8 +312,9 @@ export class OutcomesStore {
   async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
     return this.conditionalUpdate(recordKey, {
       ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      // Released only when no task of this claim can still hold a thread: its task markers go.
       UpdateExpression:
-        'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts',
+        'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts REMOVE task_id, task_submitted_at',
       ExpressionAttributeValues: {
         ':owner': s(owner),
         ':in_progress': s('in_progress'),

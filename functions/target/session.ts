@@ -2,6 +2,7 @@ import { CookieJar } from 'tough-cookie';
 import { Agent, type Dispatcher, fetch as undiciFetch } from 'undici';
 import { readAtMost } from '../common/bounded-read.js';
 import { TargetError } from '../common/errors.js';
+import { failedBeforeSending, socketErrorCode } from '../common/network.js';
 import { type Allowlist, checkTargetUrl, guardedLookup, type Resolver } from './allowlist.js';
 
 /**
@@ -101,15 +102,23 @@ export class TargetSession {
 
   /**
    * POSTs the fields form-encoded with the session's cookies. Redirects are not followed:
-   * the POST's own status is the outcome (2xx/3xx = submitted).
+   * the POST's own status is the outcome (2xx/3xx = submitted). `idempotencyKey` is sent as the
+   * `Idempotency-Key` header (IETF httpapi draft: a quoted string), so a target that honours it
+   * can tell a repeated POST of the record. A POST whose answer is lost after it may have been
+   * sent (reset, timeout) is a TargetError `OUTCOME_UNKNOWN`: the form may have taken it.
    */
-  async submit(submitUrl: string, fields: Record<string, string>): Promise<{ status: number }> {
+  async submit(
+    submitUrl: string,
+    fields: Record<string, string>,
+    o: { idempotencyKey?: string } = {},
+  ): Promise<{ status: number }> {
     const res = await this.exchange(
       new URL(submitUrl),
       {
         method: 'POST',
         body: new URLSearchParams(fields).toString(),
         contentType: 'application/x-www-form-urlencoded',
+        ...(o.idempotencyKey === undefined ? {} : { idempotencyKey: o.idempotencyKey }),
       },
       AbortSignal.timeout(this.options.timeoutMs),
       'answer',
@@ -119,7 +128,7 @@ export class TargetSession {
 
   private async exchange(
     url: URL,
-    request: { method: 'GET' | 'POST'; body?: string; contentType?: string },
+    request: { method: 'GET' | 'POST'; body?: string; contentType?: string; idempotencyKey?: string },
     deadline: AbortSignal,
     body: 'page' | 'answer',
   ): Promise<{ status: number; headers: Headers }> {
@@ -128,6 +137,8 @@ export class TargetSession {
     const cookie = await this.jar.getCookieString(url.href);
     if (cookie) headers.cookie = cookie;
     if (request.contentType) headers['content-type'] = request.contentType;
+    if (request.idempotencyKey !== undefined)
+      headers['idempotency-key'] = quotedString(request.idempotencyKey);
     const signals = [deadline];
     if (this.options.signal) signals.push(this.options.signal);
     try {
@@ -154,9 +165,34 @@ export class TargetSession {
       }
       return reply;
     } catch (err) {
-      throw toTargetError(err, url);
+      const failure = toTargetError(err, url);
+      if (request.method === 'POST' && mayHaveBeenSent(err)) {
+        throw new TargetError(
+          'OUTCOME_UNKNOWN',
+          `the form POST to ${url.host} may have been taken, but its answer was lost (${failure.code})`,
+          { cause: err },
+        );
+      }
+      throw failure;
     }
   }
+}
+
+/** An RFC 8941 sf-string, the form the Idempotency-Key draft gives the header's value. */
+export function quotedString(value: string): string {
+  return `"${value.replace(/[\\"]/g, (c) => `\\${c}`)}"`;
+}
+
+/**
+ * Whether a failed request may have reached the target: not when the allowlist guard refused its
+ * address or the socket failed before anything was written (refused, DNS, TLS, connect timeout).
+ */
+function mayHaveBeenSent(err: unknown): boolean {
+  for (let cause: unknown = err, depth = 0; cause && depth < 4; depth++) {
+    if (cause instanceof TargetError) return false;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+  return !failedBeforeSending(socketErrorCode(err));
 }
 
 function toTargetError(err: unknown, url: URL): TargetError {

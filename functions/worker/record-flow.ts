@@ -1,9 +1,17 @@
 import { randomUUID } from 'node:crypto';
+import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
-import { scaledTokenLifetimeMs } from '../captchaai/timings.js';
+import { resolveTimings, scaledTokenLifetimeMs } from '../captchaai/timings.js';
 import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
-import { decideClaimConflict, decideOutcome, decideTargetResponse } from '../records/decisions.js';
+import {
+  type DecisionContext,
+  decideClaimConflict,
+  decideFinalWriteLost,
+  decideOutcome,
+  decidePriorPhase,
+  decideTargetResponse,
+} from '../records/decisions.js';
 import {
   captchaTaskOf,
   captchaTypeOf,
@@ -11,6 +19,7 @@ import {
   tokenFieldOf,
   validateJobMessage,
 } from '../records/job-schema.js';
+import type { ClaimResult, WriteResult } from '../records/store.js';
 import { checkTargetUrl } from '../target/allowlist.js';
 import { TargetSession } from '../target/session.js';
 import { applyDecision, finished } from './effects.js';
@@ -129,8 +138,53 @@ export async function processRecord(
     return applyDecision(decideClaimConflict(claim.why, claim.row?.lease_expires_at), { record, deps, log });
   }
 
+  return workClaim({ record, deps, options, job, owner, claim, timing, log, ctx });
+}
+
+interface ClaimWork {
+  record: SQSRecord;
+  deps: WorkerDeps;
+  options: ProcessOptions;
+  job: Job;
+  owner: string;
+  claim: Extract<ClaimResult, { claimed: true }>;
+  timing: RecordTiming;
+  log: Logger;
+  ctx: DecisionContext;
+}
+
+/**
+ * The claimed record: what an earlier claim left on the row first (decidePriorPhase), then page
+ * load and solve, the posting marker, the POST and the final write. The task marker is written
+ * as soon as in.php answers, the posting marker before the POST: a worker that takes the lease
+ * over later resumes that task, or ends the record OUTCOME_UNKNOWN instead of posting again.
+ */
+async function workClaim(w: ClaimWork): Promise<RecordResult> {
+  const { deps, job, owner, log, timing, options } = w;
+  const { config, store } = deps;
+  const effects = { record: w.record, deps, log, owner, recordKey: job.record_key };
+  const captchaType = captchaTypeOf(job);
+  const prior = decidePriorPhase(w.claim.previous, {
+    now: deps.now(),
+    deadlineMs: taskDeadlineMs(config),
+    cooldownMs: config.cooldownMs,
+  });
+  if (prior.kind === 'posted') {
+    log.warn('an earlier claim was posting this record when it ended; it is not posted again', {
+      postingAt: w.claim.previous?.posting_at,
+    });
+    return applyDecision(prior.decision, { ...effects, attempts: 0 });
+  }
   let attempts = 0;
+  // in.php calls already added to the row's attempts by the task markers, and the marker writes.
+  let counted = 0;
+  let marker: Promise<void> = Promise.resolve();
   try {
+    if (prior.kind === 'wait') {
+      // The earlier claim's task may still hold a thread: keep this slot until it must be done.
+      log.info('an earlier task of this record may hold a thread; holding the slot', { until: prior.until });
+      await deps.sleep(prior.until - deps.now(), options.signal);
+    }
     const session = new TargetSession({
       allowlist: config.allowlist,
       resolver: deps.resolver,
@@ -145,10 +199,36 @@ export async function processRecord(
       // Settled below, after the solve: an early failure must not be an unhandled rejection.
       page.catch(() => undefined);
     };
+    const onSubmitted = (taskId: string, submits: number) => {
+      loadPage();
+      const submittedAt = deps.now();
+      marker = marker.then(async () => {
+        const uncounted = submits - counted;
+        try {
+          const written = await store.markSubmitted(job.record_key, owner, {
+            taskId,
+            submittedAt,
+            attempts: uncounted,
+          });
+          if (written.written) counted += uncounted;
+        } catch (err) {
+          // Not fatal: the lease alone still keeps a redelivery from submitting while it is live.
+          log.warn('could not record the task on the row', errorSummary(err));
+        }
+      });
+    };
+    if (prior.kind === 'resume') {
+      log.info('resuming the task an earlier claim submitted', { taskId: prior.taskId });
+      loadPage();
+    }
     let solved: Awaited<ReturnType<typeof solver.solve>>;
     try {
       solved = await timing.time('solve_ms', () =>
-        solver.solve(captchaTaskOf(job), { signal: options.signal, onSubmitted: loadPage }),
+        solver.solve(captchaTaskOf(job), {
+          signal: options.signal,
+          onSubmitted,
+          ...(prior.kind === 'resume' ? { resume: prior } : {}),
+        }),
       );
     } catch (err) {
       // The solve's error decides the outcome (a poll timeout brings the cool-down); the page
@@ -174,18 +254,37 @@ export async function processRecord(
     if (deps.now() - solved.solvedAt > lifetimeMs) {
       throw new TargetError('TOKEN_EXPIRED', `the token is older than its ${lifetimeMs} ms lifetime`);
     }
+    await marker;
+    // From the posting marker on, no later claim posts this record again. Not written: no POST.
+    const posting = await timing.time('finish_ms', () => store.markPosting(job.record_key, owner));
+    if (!posting.written) return finished(false, 'in_progress', deps, log);
     const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
-    const posted = await timing.time('target_ms', () => session.submit(job.submit_url, fields));
-    const { status, reason } = decideTargetResponse(posted.status);
-    const written = await timing.time('finish_ms', () =>
-      store.finish(job.record_key, owner, {
-        status,
-        reason,
-        targetStatus: posted.status,
-        attempts,
-        solveMs: solved.solveMs,
-      }),
+    const posted = await timing.time('target_ms', () =>
+      session.submit(job.submit_url, fields, { idempotencyKey: job.record_key }),
     );
+    const { status, reason } = decideTargetResponse(posted.status);
+    let written: WriteResult;
+    try {
+      written = await timing.time('finish_ms', () =>
+        store.finish(job.record_key, owner, {
+          status,
+          reason,
+          targetStatus: posted.status,
+          attempts: attempts - counted,
+          solveMs: solved.solveMs,
+        }),
+      );
+    } catch (err) {
+      log.error(
+        'the final write failed on every try; the posting marker keeps the record from a second POST',
+        {
+          status,
+          targetStatus: posted.status,
+          ...errorSummary(err),
+        },
+      );
+      return applyDecision(decideFinalWriteLost(w.claim.leaseExpiresAt), effects);
+    }
     return finished(written.written, status, deps, log, {
       targetStatus: posted.status,
       polls: solved.polls,
@@ -193,6 +292,7 @@ export async function processRecord(
     });
   } catch (err) {
     if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
+    await marker;
     const aborted = options.signal?.aborted === true;
     if (aborted) {
       log.warn(
@@ -202,13 +302,14 @@ export async function processRecord(
     } else {
       log.info('record failed', errorSummary(err));
     }
-    return applyDecision(decideOutcome(err, { ...ctx, aborted }), {
-      record,
-      deps,
-      log,
-      owner,
-      recordKey: job.record_key,
-      attempts,
+    return applyDecision(decideOutcome(err, { ...w.ctx, aborted }), {
+      ...effects,
+      attempts: attempts - counted,
     });
   }
+}
+
+/** A CaptchaAI task's deadline as this worker's client applies it (scaled). */
+function taskDeadlineMs(config: WorkerDeps['config']): number {
+  return resolveTimings(config.captchaTimings).deadlineMs * config.timeScale;
 }

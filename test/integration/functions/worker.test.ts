@@ -1,4 +1,6 @@
-import { ScanCommand } from '@aws-sdk/client-dynamodb';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
@@ -8,7 +10,7 @@ import { processBatch } from '../../../functions/worker/batch-loop.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
 import { createWorkerDeps } from '../../../functions/worker.js';
-import type { MotoServer } from '../../../local/emulator/moto.js';
+import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
 import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
 import {
@@ -255,6 +257,11 @@ describe('worker against moto and the stand-ins', () => {
     const controller = new AbortController();
     const running = deliver(s, s.instance({ now }), [message!], { signal: controller.signal });
     await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+    // Killed once the task is recorded on the row (its phase marker), so both submits are counted.
+    for (const until = Date.now() + 10_000; !(await s.store.get(key))?.task_id; ) {
+      if (Date.now() > until) throw new Error('timed out waiting for the task marker');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     controller.abort(new Error('test: invocation killed'));
     const aborted = await running;
     // Assess 1: nothing final was written, the lease stays.
@@ -272,7 +279,8 @@ describe('worker against moto and the stand-ins', () => {
     expect(late.batchItemFailures).toEqual([]);
     expect(submitsFor(key)).toBe(2);
     expect(target.stats().accepted[key]).toBe(1);
-    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1 });
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 2 });
+    // Both in.php calls count: the killed claim's through its task marker (it counted 1 before #21).
   });
 
   it('keeps a message that meets a live lease invisible until the lease expires, instead of spending its receives on refusals', async () => {
@@ -699,6 +707,174 @@ describe('worker against moto and the stand-ins', () => {
       }
     },
   );
+
+  /** A store whose final writes (finish) throw `failures` times (Infinity: always) before reaching moto. */
+  function storeFailingFinishes(s: Setup, failures: number): { store: OutcomesStore; tries: () => number } {
+    const ddb = new DynamoDBClient({
+      endpoint: moto.endpoint,
+      region: MOTO_REGION,
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    });
+    let tries = 0;
+    ddb.middlewareStack.add(
+      (next, context) => async (args) => {
+        const expression = String((args.input as { UpdateExpression?: string }).UpdateExpression);
+        if (context.commandName !== 'UpdateItemCommand' || !expression.includes('REMOVE lease_expires_at')) {
+          return next(args);
+        }
+        tries += 1;
+        if (tries <= failures)
+          throw Object.assign(new Error('test: throttled'), { name: 'ThrottlingException' });
+        return next(args);
+      },
+      { step: 'initialize' },
+    );
+    const store = new OutcomesStore({
+      client: ddb,
+      tableName: s.res.tableName,
+      sleep: async () => undefined,
+    });
+    return { store, tries: () => tries };
+  }
+
+  /** An earlier claim of `key` whose 60 s lease expired a second ago, as a killed invocation leaves it. */
+  async function expiredClaim(s: Setup, key: string): Promise<OutcomesStore> {
+    const earlier = new OutcomesStore({
+      client: clients.ddb,
+      tableName: s.res.tableName,
+      now: () => Date.now() - 61_000,
+    });
+    expect(
+      await earlier.claim(key, { owner: 'earlier', leaseMs: 60_000, captchaType: 'recaptcha_v2' }),
+    ).toMatchObject({
+      claimed: true,
+    });
+    return earlier;
+  }
+
+  it('resumes the task an earlier, killed claim recorded (its deadline not passed) instead of submitting another', async () => {
+    // Prepare: the earlier claim submitted a task to the stand-in and recorded it, then died.
+    const s = await setup();
+    const key = newKey('resume');
+    const earlier = await expiredClaim(s, key);
+    const submitted = await fetch(`${captcha.url}/in.php`, {
+      method: 'POST',
+      body: new URLSearchParams({
+        key: TEST_API_KEY,
+        method: 'userrecaptcha',
+        googlekey: target.sitekey,
+        pageurl: pageurlOf(key),
+        json: '1',
+      }),
+    });
+    const taskId = String(((await submitted.json()) as { request: string }).request);
+    expect(
+      await earlier.markSubmitted(key, 'earlier', { taskId, submittedAt: Date.now(), attempts: 1 }),
+    ).toEqual({ written: true });
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+    // Act
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    // Assess: one in.php in all (the earlier one), its token posted once.
+    expect(out.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1, task_id: taskId });
+  });
+
+  it('ends a record whose earlier claim wrote the posting marker failed OUTCOME_UNKNOWN, without a solve or a second POST', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('posting');
+    const earlier = await expiredClaim(s, key);
+    expect(await earlier.markPosting(key, 'earlier')).toEqual({ written: true });
+    const postsBefore = target.stats().posts;
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+    // Act
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    // Assess
+    expect(out.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(0);
+    expect(target.stats().posts).toBe(postsBefore);
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'OUTCOME_UNKNOWN' });
+  });
+
+  it('ends a record whose POST lost its answer (connection dropped after the body) failed OUTCOME_UNKNOWN, posted once with its Idempotency-Key, and a redelivery does not post again', async () => {
+    // Prepare: a form that takes the POST and drops the connection without answering.
+    const posts: Array<string | string[] | undefined> = [];
+    const form = createServer((req, res) => {
+      if (req.method !== 'POST')
+        return void res.writeHead(200, { 'content-type': 'text/html' }).end('<form>');
+      req.resume();
+      req.on('end', () => {
+        posts.push(req.headers['idempotency-key']);
+        req.socket.destroy();
+      });
+    });
+    await new Promise<void>((resolve) => form.listen(0, '127.0.0.1', resolve));
+    const formUrl = `http://127.0.0.1:${(form.address() as AddressInfo).port}/submit`;
+    try {
+      const s = await setup();
+      const key = newKey('lost-post');
+      const body = flatJob(key, { submit_url: formUrl });
+      await sendJobs(clients.sqs, s.res.queueUrl, [body, body]);
+      const [first, second] = await receiveAll(clients.sqs, s.res.queueUrl, 2);
+      // Act
+      await deliver(s, s.instance(), [first!]);
+      const again = await deliver(s, s.instance(), [second!]);
+      // Assess
+      expect(posts).toEqual([`"${key}"`]);
+      expect(again.batchItemFailures).toEqual([]);
+      expect(submitsFor(key)).toBe(1);
+      expect(await s.store.get(key)).toMatchObject({
+        status: 'failed',
+        reason: 'OUTCOME_UNKNOWN',
+        attempts: 1,
+      });
+    } finally {
+      form.closeAllConnections();
+      await new Promise<void>((resolve) => form.close(() => resolve()));
+    }
+  });
+
+  it('tries the final write again when it throws: failing twice, then landing, gives one POST and a submitted row', async () => {
+    const s = await setup();
+    const key = newKey('finish-twice');
+    const { store, tries } = storeFailingFinishes(s, 2);
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+    const out = await deliver(s, s.instance({ store }), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    expect(out.batchItemFailures).toEqual([]);
+    expect(tries()).toBe(3);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1 });
+  });
+
+  it('a final write that never lands keeps the lease; after it the record ends failed OUTCOME_UNKNOWN with one POST and no second solve', async () => {
+    // Prepare
+    const s = await setup();
+    const key = newKey('finish-never');
+    const { store } = storeFailingFinishes(s, Number.POSITIVE_INFINITY);
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key, { form: { record: key } })]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    // Act 1
+    const out1 = await deliver(s, s.instance({ store }), [message!]);
+    // Assess 1: posted once; the row is in_progress with its posting marker and a live lease.
+    expect(out1.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(target.stats().accepted[key]).toBe(1);
+    const row = await s.store.get(key);
+    expect(row).toMatchObject({ status: 'in_progress' });
+    expect(row?.posting_at).toEqual(expect.any(Number));
+    // Act 2: a redelivery once the lease has expired, with a store that works.
+    const out2 = await deliver(s, s.instance({ now: () => Date.now() + 61_000 }), [message!]);
+    // Assess 2
+    expect(out2.batchItemFailures).toEqual([]);
+    expect(submitsFor(key)).toBe(1);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({
+      status: 'failed',
+      reason: 'OUTCOME_UNKNOWN',
+      attempts: 1,
+    });
+  });
 
   it('fails a poll timeout with POLL_TIMEOUT and holds the slot for the cool-down', async () => {
     // Prepare: the task never finishes; the client deadline is 120 s × 0.05 = 6 s.

@@ -6,7 +6,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OutcomesStore } from '../../../../functions/records/store.js';
+import { OutcomesStore, WRITE_TRIES } from '../../../../functions/records/store.js';
 import { MOTO_REGION, type MotoServer } from '../../../../local/emulator/moto.js';
 import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from '../../../fixtures/aws.js';
 
@@ -30,6 +30,15 @@ afterAll(async () => {
 });
 
 const lease = { leaseMs: 60_000, captchaType: 'recaptcha_v2' };
+
+/** A client of its own for moto, so a test can add a middleware to it. */
+function motoDdb(): DynamoDBClient {
+  return new DynamoDBClient({
+    endpoint: moto.endpoint,
+    region: MOTO_REGION,
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+  });
+}
 
 describe('outcomes store (moto DynamoDB)', () => {
   it('claims a record that has no row and writes an in_progress row with the lease', async () => {
@@ -129,6 +138,120 @@ describe('outcomes store (moto DynamoDB)', () => {
     expect(await store.release(k, 'a', 1)).toEqual({ written: true });
     expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
     expect((await store.get(k))?.attempts).toBe(1);
+  });
+
+  it('returns the row a claim took over (an expired lease), with the task and posting markers the earlier claim wrote', async () => {
+    // Prepare
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    expect(await store.markSubmitted(k, 'a', { taskId: '7001', submittedAt: clock, attempts: 1 })).toEqual({
+      written: true,
+    });
+    expect(await store.markPosting(k, 'a')).toEqual({ written: true });
+    clock += 60_001;
+    // Act
+    const takeover = await store.claim(k, { owner: 'b', ...lease });
+    // Assess
+    expect(takeover).toMatchObject({
+      claimed: true,
+      previous: {
+        status: 'in_progress',
+        lease_owner: 'a',
+        task_id: '7001',
+        task_submitted_at: clock - 60_001,
+        posting_at: clock - 60_001,
+      },
+    });
+  });
+
+  it('writes the phase markers only while the owner holds the claim', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    clock += 60_001;
+    await store.claim(k, { owner: 'b', ...lease });
+    expect(
+      await store.markSubmitted(k, 'a', { taskId: '7002', submittedAt: clock, attempts: 1 }),
+    ).toMatchObject({ written: false });
+    expect(await store.markPosting(k, 'a')).toMatchObject({ written: false });
+    const row = await store.get(k);
+    expect(row?.task_id).toBeUndefined();
+    expect(row?.posting_at).toBeUndefined();
+  });
+
+  it('removes the task markers when a claim is released (its tasks are finished by then)', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    await store.markSubmitted(k, 'a', { taskId: '7003', submittedAt: clock, attempts: 1 });
+    await store.release(k, 'a', 1);
+    const row = await store.get(k);
+    expect(row?.task_id).toBeUndefined();
+    expect(row?.task_submitted_at).toBeUndefined();
+  });
+
+  it('tries a final write that throws again, and counts a try that landed although its answer was lost as written', async () => {
+    // Prepare: the first finish reaches moto and lands, but its answer is replaced by a throttling error.
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    const ddb = motoDdb();
+    let finishes = 0;
+    ddb.middlewareStack.add(
+      (next, context) => async (args) => {
+        const isFinish =
+          context.commandName === 'UpdateItemCommand' &&
+          String((args.input as { UpdateExpression?: string }).UpdateExpression).includes(
+            'REMOVE lease_expires_at',
+          );
+        if (!isFinish) return next(args);
+        finishes += 1;
+        const out = await next(args);
+        if (finishes === 1) throw Object.assign(new Error('rate exceeded'), { name: 'ThrottlingException' });
+        return out;
+      },
+      { step: 'initialize' },
+    );
+    const flaky = new OutcomesStore({
+      client: ddb,
+      tableName,
+      now: () => clock,
+      sleep: async () => undefined,
+    });
+    // Act
+    const result = await flaky.finish(k, 'a', {
+      status: 'submitted',
+      reason: 'OK',
+      targetStatus: 200,
+      attempts: 1,
+    });
+    // Assess
+    expect(result).toEqual({ written: true });
+    expect(finishes).toBe(2);
+    expect(await store.get(k)).toMatchObject({ status: 'submitted', attempts: 1 });
+  });
+
+  it('gives a final write that always throws up after WRITE_TRIES tries with a doubling back-off', async () => {
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    const ddb = motoDdb();
+    let tries = 0;
+    ddb.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== 'UpdateItemCommand') return next(args);
+        tries += 1;
+        throw Object.assign(new Error('internal'), { name: 'InternalServerError' });
+      },
+      { step: 'initialize' },
+    );
+    const waits: number[] = [];
+    const broken = new OutcomesStore({
+      client: ddb,
+      tableName,
+      now: () => clock,
+      sleep: async (ms) => void waits.push(ms),
+    });
+    await expect(broken.finish(k, 'a', { status: 'failed', reason: 'X' })).rejects.toThrow('internal');
+    expect(tries).toBe(WRITE_TRIES);
+    expect(waits).toEqual([250, 500, 1000]);
+    expect((await store.get(k))?.status).toBe('in_progress');
   });
 
   it('writes rejected only when the record has no row', async () => {

@@ -14,9 +14,13 @@ import {
   type DecisionContext,
   decideClaimConflict,
   decideCrash,
+  decideFinalWriteLost,
   decideOutcome,
+  decidePriorPhase,
   decideTargetResponse,
+  type PriorPhase,
 } from '../../../../functions/records/decisions.js';
+import type { OutcomeRow } from '../../../../functions/records/store.js';
 
 const ctx: DecisionContext = { receiveCount: 1, transientReceiveLimit: 3, cooldownMs: 5_000 };
 const lastReceive: DecisionContext = { ...ctx, receiveCount: 3 };
@@ -173,5 +177,56 @@ describe('decideTargetResponse: the form POST answered', () => {
 describe('decideCrash: the record handling itself threw', () => {
   it('retries INTERNAL_ERROR keeping the lease', () => {
     expect(decideCrash()).toEqual({ action: 'retry', release: false, reason: 'INTERNAL_ERROR' });
+  });
+});
+
+describe('decidePriorPhase: what an earlier claim left on the row', () => {
+  const t = { now: 1_000_000, deadlineMs: 6_000, cooldownMs: 2_000 };
+  const row = (extra: Partial<OutcomeRow>): OutcomeRow => ({
+    record_key: 'r',
+    status: 'in_progress',
+    ...extra,
+  });
+  it.each<[string, OutcomeRow | undefined, PriorPhase]>([
+    ['no earlier row: start afresh', undefined, { kind: 'fresh' }],
+    ['an earlier claim without a task: start afresh', row({}), { kind: 'fresh' }],
+    [
+      'a posting marker without a final status: failed OUTCOME_UNKNOWN, never posted again',
+      row({ task_id: '1', task_submitted_at: t.now - 1_000, posting_at: t.now - 500 }),
+      { kind: 'posted', decision: { action: 'fail', reason: 'OUTCOME_UNKNOWN' } },
+    ],
+    [
+      'a task within its deadline: resumed, not submitted again',
+      row({ task_id: '7', task_submitted_at: t.now - 5_999 }),
+      { kind: 'resume', taskId: '7', submittedAt: t.now - 5_999 },
+    ],
+    [
+      'a task past its deadline but within the cool-down: hold the slot until it must be finished',
+      row({ task_id: '7', task_submitted_at: t.now - 6_000 }),
+      { kind: 'wait', until: t.now + 2_000 },
+    ],
+    [
+      'a task past its deadline and the cool-down: start afresh',
+      row({ task_id: '7', task_submitted_at: t.now - 8_000 }),
+      { kind: 'fresh' },
+    ],
+    [
+      'a stopped row with a task within its deadline: resumed',
+      row({ status: 'stopped', task_id: '8', task_submitted_at: t.now - 1 }),
+      { kind: 'resume', taskId: '8', submittedAt: t.now - 1 },
+    ],
+  ])('%s', (_what, previous, phase) => {
+    expect(decidePriorPhase(previous, t)).toEqual(phase);
+  });
+});
+
+describe('decideFinalWriteLost: the final write threw on every try', () => {
+  it('retries FINAL_WRITE_FAILED keeping the lease, not before it expires', () => {
+    expect(decideFinalWriteLost(1_700_000_060_000)).toEqual({
+      action: 'retry',
+      release: false,
+      reason: 'FINAL_WRITE_FAILED',
+      notBefore: 1_700_000_060_000,
+    });
   });
 });

@@ -1,3 +1,5 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TargetError } from '../../../../functions/common/errors.js';
 import { parseAllowlist, type Resolver } from '../../../../functions/target/allowlist.js';
@@ -98,5 +100,72 @@ describe('target session', () => {
     await s.load(`${target.url}/form/s-4`);
     expect(await s.submit(`${target.url}/redirect/0/form/s-4`, { a: 'b' })).toEqual({ status: 302 });
     expect(await s.submit(`${target.url}/fail-post/500/form/s-4`, { a: 'b' })).toEqual({ status: 500 });
+  });
+});
+
+describe('target session: the form POST', () => {
+  /** A loopback form that records what each POST carried, then answers as `reply` says. */
+  async function form(reply: (req: IncomingMessage, res: ServerResponse) => void) {
+    const posts: Array<{ headers: IncomingMessage['headers']; body: string }> = [];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk: Buffer) => {
+        body += chunk.toString();
+      });
+      req.on('end', () => {
+        posts.push({ headers: req.headers, body });
+        reply(req, res);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    return {
+      url: `http://127.0.0.1:${port}/submit`,
+      posts,
+      close: async () => {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      },
+    };
+  }
+
+  it('sends the record key as the Idempotency-Key header, a quoted string', async () => {
+    const f = await form((_req, res) => res.writeHead(200).end('ok'));
+    try {
+      const answer = await session().submit(f.url, { a: '1' }, { idempotencyKey: 'order-"7"\\x' });
+      expect(answer.status).toBe(200);
+      expect(f.posts).toHaveLength(1);
+      expect(f.posts[0]?.headers['idempotency-key']).toBe('"order-\\"7\\"\\\\x"');
+      expect(f.posts[0]?.body).toBe('a=1');
+    } finally {
+      await f.close();
+    }
+  });
+
+  it('a POST whose connection is dropped after the body arrived is OUTCOME_UNKNOWN (the form may have it)', async () => {
+    const f = await form((req) => req.socket.destroy());
+    try {
+      expect(await failureCode(session().submit(f.url, { a: '1' }))).toBe('OUTCOME_UNKNOWN');
+      expect(f.posts).toHaveLength(1);
+    } finally {
+      await f.close();
+    }
+  });
+
+  it('a POST whose answer does not come within the timeout is OUTCOME_UNKNOWN', async () => {
+    const f = await form(() => undefined);
+    try {
+      expect(await failureCode(session(300).submit(f.url, { a: '1' }))).toBe('OUTCOME_UNKNOWN');
+      expect(f.posts).toHaveLength(1);
+    } finally {
+      await f.close();
+    }
+  });
+
+  it('a POST to a port where nothing listens was never sent: TARGET_UNREACHABLE', async () => {
+    const f = await form(() => undefined);
+    const url = f.url;
+    await f.close();
+    expect(await failureCode(session().submit(url, { a: '1' }))).toBe('TARGET_UNREACHABLE');
   });
 });
