@@ -197,6 +197,12 @@ export function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-export function isCount(n: number): boolean {
-  return Number.isFinite(n) && n >= 0;
+/**
+ * A thread count as CaptchaAI sends it: a non-negative integer, as a number or a string of
+ * digits. Anything else (null, "", a boolean, "abc", -1, 1.5) is undefined: not a count.
+ */
+export function countOf(v: unknown): number | undefined {
+  if (typeof v === 'number') return Number.isInteger(v) && v >= 0 ? v : undefined;
+  if (typeof v === 'string' && /^\s*\d+\s*$/.test(v)) return Number(v);
+  return undefined;
 }

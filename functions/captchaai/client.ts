@@ -12,7 +12,7 @@ import {
   AnswerUnreadableError,
   classify,
   type HttpReply,
-  isCount,
+  countOf,
   isRecord,
   NO_SLOT_CODES,
   NOT_READY_CODES,
@@ -263,9 +263,10 @@ export class CaptchaAiClient {
       parsed = undefined;
     }
     if (isRecord(parsed) && 'threads' in parsed) {
-      const threads = Number(parsed.threads);
-      const workingThreads = Number(parsed.working_threads ?? parsed.workingThreads);
-      if (isCount(threads) && isCount(workingThreads)) return { threads, workingThreads };
+      // null, "", true or "abc" are an unreadable answer, never a count of 0 (which would pause NO_ACTIVE_PLAN).
+      const threads = countOf(parsed.threads);
+      const workingThreads = countOf(parsed.working_threads ?? parsed.workingThreads);
+      if (threads !== undefined && workingThreads !== undefined) return { threads, workingThreads };
       throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without usable thread counts');
     }
     const answer = parseAnswer(reply, 'threadsinfo', parsed);

@@ -833,4 +833,37 @@ describe('CaptchaAiClient: threadsInfo', () => {
     expect(err).toBeInstanceOf(StopClassError);
     expect(err).toMatchObject({ code: 'ERROR_KEY_DOES_NOT_EXIST' });
   });
+
+  it.each([
+    '{"threads": null, "working_threads": 0}',
+    '{"threads": "", "working_threads": 0}',
+    '{"threads": "abc", "working_threads": 0}',
+    '{"threads": true, "working_threads": 0}',
+    '{"threads": 20, "working_threads": null}',
+    '{"threads": -1, "working_threads": 0}',
+    '{"threads": 2.5, "working_threads": 0}',
+  ])(
+    'threadsinfo answering %s is an unreadable (transient) answer, never a plan of 0 threads',
+    async (body) => {
+      // Prepare: a loopback CaptchaAI whose threadsinfo answers this body.
+      const server = createServer((req, res) => {
+        req.resume();
+        req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(body));
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { port } = server.address() as AddressInfo;
+      try {
+        const c = new CaptchaAiClient({ apiKey: KEY, baseUrl: `http://127.0.0.1:${port}` });
+        // Act
+        const err = await failure(c.threadsInfo());
+        // Assess
+        expect(err).toBeInstanceOf(TransientError);
+        expect(err).not.toBeInstanceOf(StopClassError);
+        expect(err).toMatchObject({ code: 'BAD_RESPONSE' });
+      } finally {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+    },
+  );
 });
