@@ -11,8 +11,8 @@ import {
 import {
   AnswerUnreadableError,
   classify,
-  type HttpReply,
   countOf,
+  type HttpReply,
   isRecord,
   NO_SLOT_CODES,
   NOT_READY_CODES,

@@ -7,6 +7,7 @@
  *   ├── ConfigError                 missing or malformed configuration (names the variable)
  *   ├── InvalidJobError             the job message is unusable (names the field)
  *   ├── TargetError                 the target form could not be loaded or posted
+ *   │   └── DnsUnavailableError     the resolver failed for now (EAI_AGAIN, ESERVFAIL, …): not "no such host"
  *   └── CaptchaError                anything CaptchaAI answered or failed to answer
  *       ├── StopClassError          bad key, IP ban, no active plan: halt every worker
  *       ├── BadTaskError            the task itself is wrong: never resend it unchanged
@@ -58,6 +59,15 @@ export class TargetError extends ThreadgateError {
   ) {
     super(message, options);
   }
+}
+
+/**
+ * The resolver could not answer for now (EAI_AGAIN, ESERVFAIL, ETIMEOUT, ECONNREFUSED): unlike
+ * ENOTFOUND this says nothing about the host, so a host check that meets it is retried, never
+ * turned into a `rejected` row.
+ */
+export class DnsUnavailableError extends TargetError {
+  override name = 'DnsUnavailableError';
 }
 
 export class CaptchaError extends ThreadgateError {

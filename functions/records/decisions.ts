@@ -1,6 +1,7 @@
 import {
   BadTaskError,
   CaptchaError,
+  DnsUnavailableError,
   InvalidJobError,
   PollTimeoutError,
   StopClassError,
@@ -9,7 +10,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
-import type { ClaimResult, OutcomeRow } from './store.js';
+import { type ClaimResult, isFinalStatus, type OutcomeRow } from './store.js';
 
 /** Why a claim was refused. */
 type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
@@ -23,7 +24,8 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | error                                   | decision                                                     |
  * |-----------------------------------------|--------------------------------------------------------------|
  * | any error once the invocation is ending | retry ABORTED, lease kept (as a killed invocation leaves it)  |
- * | InvalidJobError with a record key       | `rejected` row, reason naming the field                      |
+ * | InvalidJobError from DnsUnavailableError, receives < limit | retry DNS_UNAVAILABLE (checked before the claim) |
+ * | InvalidJobError with a record key       | `rejected` row, reason naming the field (a non-final row: see decideRejectConflict) |
  * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
  * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
  * | TaskMayExistError, receives < limit     | hold the slot for the cool-down, then retry, claim released  |
@@ -46,6 +48,9 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * final status → `failed` OUTCOME_UNKNOWN, never posted again; its task before the deadline →
  * resume it (poll, no submit); after the deadline but within the cool-down → hold the slot until
  * then, then submit; else start afresh.
+ * decideRejectConflict — a `rejected` write met an existing row: final → drop (a duplicate);
+ * not final (`in_progress`, `stopped`) → retry REJECT_CONFLICT, not before a live lease expires,
+ * so the message is never deleted while its record has no final row.
  * decideFinalWriteLost — the final write threw on every try: retry FINAL_WRITE_FAILED with the
  * lease kept, not before it expires (the posting marker then ends the record OUTCOME_UNKNOWN).
  */
@@ -87,6 +92,7 @@ export const REASON = {
   /** The form may or may not have taken the record: its POST was sent and its answer lost. */
   OUTCOME_UNKNOWN: 'OUTCOME_UNKNOWN',
   FINAL_WRITE_FAILED: 'FINAL_WRITE_FAILED',
+  REJECT_CONFLICT: 'REJECT_CONFLICT',
   OK: 'OK',
 } as const;
 
@@ -95,6 +101,14 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
     // Left as a killed invocation would leave it: no final write, no release; the lease keeps
     // redeliveries from solving it again until it expires.
     return { action: 'retry', release: false, reason: REASON.ABORTED };
+  }
+  if (
+    err instanceof InvalidJobError &&
+    err.cause instanceof DnsUnavailableError &&
+    ctx.receiveCount < ctx.transientReceiveLimit
+  ) {
+    // The host check met a resolver hiccup, not a bad host: try the message again (nothing claimed yet).
+    return { action: 'retry', release: false, reason: err.cause.code };
   }
   if (err instanceof InvalidJobError) {
     return err.recordKey !== undefined
@@ -189,4 +203,15 @@ export function decidePriorPhase(
 
 export function decideFinalWriteLost(leaseExpiresAt: number): RecordDecision {
   return { action: 'retry', release: false, reason: REASON.FINAL_WRITE_FAILED, notBefore: leaseExpiresAt };
+}
+
+export function decideRejectConflict(row: OutcomeRow | undefined): RecordDecision {
+  if (!row || isFinalStatus(row.status)) return { action: 'drop', reason: REASON.ALREADY_FINISHED };
+  const leased = row.status === 'in_progress' && row.lease_expires_at !== undefined;
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.REJECT_CONFLICT,
+    ...(leased ? { notBefore: row.lease_expires_at } : {}),
+  };
 }

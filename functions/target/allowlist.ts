@@ -1,7 +1,7 @@
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, type LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
-import { ConfigError, TargetError } from '../common/errors.js';
+import { ConfigError, DnsUnavailableError, TargetError } from '../common/errors.js';
 
 /**
  * Which target hosts the worker may contact (docs/design.md invariant 6).
@@ -146,7 +146,8 @@ const GLOBAL_UNICAST = ipaddr.parseCIDR('2000::/3');
  * Checks that a URL may be contacted: http(s), no credentials, an allowlisted host, and
  * (unless the exact host is allowlisted) only public addresses. Returns the addresses the
  * host resolved to. Throws TargetError with code URL_NOT_ALLOWED, HOST_NOT_ALLOWED,
- * ADDRESS_NOT_ALLOWED or DNS_FAILED.
+ * ADDRESS_NOT_ALLOWED or DNS_FAILED, or DnsUnavailableError (DNS_UNAVAILABLE) when the resolver
+ * failed for now.
  */
 export async function checkTargetUrl(
   url: string | URL,
@@ -168,6 +169,18 @@ export async function checkTargetUrl(
   return checkHost(parsed.hostname, allowlist, resolver);
 }
 
+/**
+ * Resolver failures that say nothing about the host (getaddrinfo's EAI_AGAIN, c-ares' ESERVFAIL,
+ * ETIMEOUT, ECONNREFUSED): DnsUnavailableError, retried. Anything else (ENOTFOUND, ENODATA, …)
+ * is DNS_FAILED: the host does not resolve.
+ */
+export const TRANSIENT_DNS_CODES: ReadonlySet<string> = new Set([
+  'EAI_AGAIN',
+  'ESERVFAIL',
+  'ETIMEOUT',
+  'ECONNREFUSED',
+]);
+
 async function checkHost(hostname: string, allowlist: Allowlist, resolver: Resolver): Promise<string[]> {
   const host = normalizeHost(hostname);
   if (!isHostAllowlisted(host, allowlist)) {
@@ -180,6 +193,16 @@ async function checkHost(hostname: string, allowlist: Allowlist, resolver: Resol
     try {
       addresses = await resolver(host);
     } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (typeof code === 'string' && TRANSIENT_DNS_CODES.has(code)) {
+        throw new DnsUnavailableError(
+          'DNS_UNAVAILABLE',
+          `host "${host}" could not be resolved now (${code})`,
+          {
+            cause: err,
+          },
+        );
+      }
       throw new TargetError('DNS_FAILED', `host "${host}" does not resolve`, { cause: err });
     }
     if (addresses.length === 0) throw new TargetError('DNS_FAILED', `host "${host}" has no addresses`);

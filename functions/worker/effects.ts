@@ -3,7 +3,7 @@ import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { stopReason } from '../pipeline/control.js';
-import type { RecordDecision } from '../records/decisions.js';
+import { decideRejectConflict, type RecordDecision } from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import type { OutcomeStatus } from '../records/store.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
@@ -57,11 +57,16 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
       // The row keeps the message's batch (when it has a usable one) so the batch's waiters see it.
       const written = await deps.store.reject(decision.recordKey, decision.reason, batchIdOf(record.body));
       if (!written.written) {
-        log.warn('invalid message for a record that already has an outcome; dropped', {
-          reason: decision.reason,
-          existingStatus: written.row?.status,
-        });
-        return { kind: 'done', status: 'duplicate' };
+        const conflict = decideRejectConflict(written.row);
+        log.warn(
+          conflict.action === 'drop'
+            ? 'invalid message for a record that already has an outcome; dropped'
+            : 'invalid message for a record that has no final outcome yet; it will be retried',
+          { reason: decision.reason, existingStatus: written.row?.status },
+        );
+        return conflict.action === 'drop'
+          ? { kind: 'done', status: 'duplicate' }
+          : applyDecision(conflict, c);
       }
       return finished(true, 'rejected', deps, log, { reason: decision.reason });
     }

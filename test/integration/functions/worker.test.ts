@@ -876,6 +876,57 @@ describe('worker against moto and the stand-ins', () => {
     });
   });
 
+  it('a resolver hiccup (EAI_AGAIN) on a redelivery whose row is in_progress leaves the message to be retried, and the record then ends submitted', async () => {
+    // Prepare: a name that resolves to the target stand-in, except while the resolver is failing.
+    const s = await setup({ ALLOWED_HOSTS: '127.0.0.1,*.corp.test,dns.flaky.test' });
+    let resolverDown = true;
+    const resolver = async (host: string) => {
+      if (host !== 'dns.flaky.test') return catalogResolver(host);
+      if (resolverDown)
+        throw Object.assign(new Error(`getaddrinfo EAI_AGAIN ${host}`), { code: 'EAI_AGAIN' });
+      return ['127.0.0.1'];
+    };
+    const key = newKey('dns');
+    const url = `${target.url.replace('127.0.0.1', 'dns.flaky.test')}/form/${key}`;
+    await expiredClaim(s, key);
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      JSON.stringify({
+        record_key: key,
+        sitekey: target.sitekey,
+        pageurl: url,
+        submit_url: url,
+        form: { record: key },
+      }),
+    ]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    // Act 1: the host check meets EAI_AGAIN.
+    const out1 = await deliver(s, s.instance({ resolver }), [message!]);
+    // Assess 1: not dropped, not rejected; the row is untouched.
+    expect(out1.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'in_progress', lease_owner: 'earlier' });
+    // Act 2: the resolver is back.
+    resolverDown = false;
+    const out2 = await deliver(s, s.instance({ resolver }), [message!]);
+    // Assess 2
+    expect(out2.batchItemFailures).toEqual([]);
+    expect(target.stats().accepted[key]).toBe(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
+  });
+
+  it('an invalid redelivery (host no longer resolves) meeting a non-final row is retried, never dropped', async () => {
+    const s = await setup();
+    const key = newKey('reject-conflict');
+    await expiredClaim(s, key);
+    const url = `http://gone.corp.test/form/${key}`;
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      JSON.stringify({ record_key: key, sitekey: target.sitekey, pageurl: url, submit_url: url }),
+    ]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const out = await deliver(s, s.instance(), [message!]);
+    expect(out.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'in_progress' });
+  });
+
   it('fails a poll timeout with POLL_TIMEOUT and holds the slot for the cool-down', async () => {
     // Prepare: the task never finishes; the client deadline is 120 s × 0.05 = 6 s.
     const s = await setup({ COOLDOWN_MS: '45000' });

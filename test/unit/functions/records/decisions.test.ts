@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   BadTaskError,
   CaptchaError,
+  DnsUnavailableError,
   InvalidJobError,
   PollTimeoutError,
   StopClassError,
@@ -17,8 +18,10 @@ import {
   decideFinalWriteLost,
   decideOutcome,
   decidePriorPhase,
+  decideRejectConflict,
   decideTargetResponse,
   type PriorPhase,
+  type RecordDecision,
 } from '../../../../functions/records/decisions.js';
 import type { OutcomeRow } from '../../../../functions/records/store.js';
 
@@ -228,5 +231,44 @@ describe('decideFinalWriteLost: the final write threw on every try', () => {
       reason: 'FINAL_WRITE_FAILED',
       notBefore: 1_700_000_060_000,
     });
+  });
+});
+
+describe('resolver hiccups and invalid redeliveries', () => {
+  const ctx: DecisionContext = { receiveCount: 1, transientReceiveLimit: 3, cooldownMs: 0 };
+  const hiccup = new InvalidJobError('pageurl: host "a" could not be resolved now (EAI_AGAIN)', 'r1', {
+    cause: new DnsUnavailableError('DNS_UNAVAILABLE', 'host "a" could not be resolved now (EAI_AGAIN)'),
+  });
+  it('a host check that met DNS_UNAVAILABLE is retried below the receive limit', () => {
+    expect(decideOutcome(hiccup, ctx)).toEqual({
+      action: 'retry',
+      release: false,
+      reason: 'DNS_UNAVAILABLE',
+    });
+  });
+  it('at the receive limit it is rejected with its reason', () => {
+    expect(decideOutcome(hiccup, { ...ctx, receiveCount: 3 })).toMatchObject({
+      action: 'reject',
+      recordKey: 'r1',
+    });
+  });
+  it.each<[string, OutcomeRow | undefined, RecordDecision]>([
+    [
+      'a final row: drop the duplicate',
+      { record_key: 'r', status: 'failed' },
+      { action: 'drop', reason: 'ALREADY_FINISHED' },
+    ],
+    [
+      'an in_progress row: retry, not before its lease expires',
+      { record_key: 'r', status: 'in_progress', lease_expires_at: 42 },
+      { action: 'retry', release: false, reason: 'REJECT_CONFLICT', notBefore: 42 },
+    ],
+    [
+      'a stopped row: retry',
+      { record_key: 'r', status: 'stopped' },
+      { action: 'retry', release: false, reason: 'REJECT_CONFLICT' },
+    ],
+  ])('a rejected write meeting %s', (_what, row, decision) => {
+    expect(decideRejectConflict(row)).toEqual(decision);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, TargetError } from '../../../../functions/common/errors.js';
+import { ConfigError, DnsUnavailableError, TargetError } from '../../../../functions/common/errors.js';
 import {
   checkTargetUrl,
   isHostAllowlisted,
@@ -176,4 +176,31 @@ describe('allowlist', () => {
     );
     expect(await codeOf(checkTargetUrl('https://gone.example.com/', list, resolver))).toBe('DNS_FAILED');
   });
+});
+
+describe('checkTargetUrl: resolver failures', () => {
+  const list = parseAllowlist(['*.example.com']);
+  it.each(['EAI_AGAIN', 'ESERVFAIL', 'ETIMEOUT', 'ECONNREFUSED'])(
+    '%s is a resolver hiccup: DnsUnavailableError DNS_UNAVAILABLE, retried, not a bad host',
+    async (code) => {
+      const resolver: Resolver = async () => {
+        throw Object.assign(new Error(`query ${code}`), { code });
+      };
+      const err = await checkTargetUrl('https://forms.example.com/', list, resolver).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DnsUnavailableError);
+      expect(err).toMatchObject({ code: 'DNS_UNAVAILABLE' });
+    },
+  );
+
+  it.each(['ENOTFOUND', 'ENODATA', undefined])(
+    '%s says the host does not resolve: DNS_FAILED',
+    async (code) => {
+      const resolver: Resolver = async () => {
+        throw Object.assign(new Error('no such host'), code === undefined ? {} : { code });
+      };
+      const err = await checkTargetUrl('https://forms.example.com/', list, resolver).catch((e: unknown) => e);
+      expect(err).not.toBeInstanceOf(DnsUnavailableError);
+      expect(err).toMatchObject({ code: 'DNS_FAILED' });
+    },
+  );
 });
