@@ -18,6 +18,7 @@ import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import type { WorkerDeps } from './worker/types.js';
+import { DEADLINE_MARGIN_MS } from './worker/worst-case.js';
 
 /**
  * The worker Lambda: the handler and its composition root, nothing else. SQS batch in,
@@ -141,8 +142,6 @@ function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** Time kept back before the function timeout to leave the record cleanly. */
-const DEADLINE_MARGIN_MS = 3_000;
 /** A record key no job uses: the warm-up reads it to open the table's connection. */
 const WARM_UP_RECORD_KEY = 'threadgate-warm-up (not a record)';
 /** The first invocation waits at most this long for a warm-up still under way. */

@@ -51,6 +51,9 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * decideRejectConflict — a `rejected` write met an existing row: final → drop (a duplicate);
  * not final (`in_progress`, `stopped`) → retry REJECT_CONFLICT, not before a live lease expires,
  * so the message is never deleted while its record has no final row.
+ * decidePauseFailed — a stop-class error whose pause (mapping disabled, state written) failed on
+ * every try: nothing is recorded as stopped; retry PAUSE_FAILED with the claim released, so the
+ * next delivery meets the stop and tries the pause again (no task is left: the key is refused).
  * decideFinalWriteLost — the final write threw on every try: retry FINAL_WRITE_FAILED with the
  * lease kept, not before it expires (the posting marker then ends the record OUTCOME_UNKNOWN).
  */
@@ -93,6 +96,7 @@ export const REASON = {
   OUTCOME_UNKNOWN: 'OUTCOME_UNKNOWN',
   FINAL_WRITE_FAILED: 'FINAL_WRITE_FAILED',
   REJECT_CONFLICT: 'REJECT_CONFLICT',
+  PAUSE_FAILED: 'PAUSE_FAILED',
   OK: 'OK',
 } as const;
 
@@ -214,4 +218,8 @@ export function decideRejectConflict(row: OutcomeRow | undefined): RecordDecisio
     reason: REASON.REJECT_CONFLICT,
     ...(leased ? { notBefore: row.lease_expires_at } : {}),
   };
+}
+
+export function decidePauseFailed(): RecordDecision {
+  return { action: 'retry', release: true, reason: REASON.PAUSE_FAILED };
 }

@@ -3,7 +3,7 @@ import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { stopReason } from '../pipeline/control.js';
-import { decideRejectConflict, type RecordDecision } from '../records/decisions.js';
+import { decidePauseFailed, decideRejectConflict, type RecordDecision } from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import type { OutcomeStatus } from '../records/store.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
@@ -113,10 +113,10 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
         errorCode: decision.code,
         reason: decision.reason,
       });
-      try {
-        await deps.pipeline.pause(stopReason(decision.code, decision.reason), 'worker', decision.code);
-      } catch (err) {
-        log.error('could not pause the pipeline', errorSummary(err));
+      if (!(await pauseWithTries(deps, log, decision.code, decision.reason))) {
+        deps.metrics.addMetric('PauseFailures', MetricUnit.Count, 1);
+        log.error('could not pause the pipeline; the record will be retried and the pause tried again');
+        return applyDecision(decidePauseFailed(), c);
       }
       await deps.store.finish(c.recordKey!, c.owner!, {
         status: 'stopped',
@@ -157,5 +157,26 @@ async function sendToDlq(
     await deps.sqs.send(
       new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
     );
+  }
+}
+
+/** Tries of a pause before the record is given back (PAUSE_FAILED), and the first wait between them. */
+export const PAUSE_TRIES = 3;
+const PAUSE_BACKOFF_MS = 1_000;
+
+/**
+ * The pause (mapping disabled, then the state written), tried PAUSE_TRIES times with a doubling
+ * back-off. Both steps are idempotent, so a try that half-landed is simply made again.
+ */
+async function pauseWithTries(deps: WorkerDeps, log: Logger, code: string, reason: string): Promise<boolean> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await deps.pipeline.pause(stopReason(code, reason), 'worker', code);
+      return true;
+    } catch (err) {
+      log.warn('the pause failed', { attempt, ...errorSummary(err) });
+      if (attempt >= PAUSE_TRIES) return false;
+      await deps.sleep(PAUSE_BACKOFF_MS * 2 ** (attempt - 1));
+    }
   }
 }

@@ -1,6 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
+import { LambdaClient } from '@aws-sdk/client-lambda';
 import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
@@ -927,6 +928,57 @@ describe('worker against moto and the stand-ins', () => {
     expect(await s.store.get(key)).toMatchObject({ status: 'in_progress' });
   });
 
+  it.each([
+    { failures: 2, paused: true },
+    { failures: Number.POSITIVE_INFINITY, paused: false },
+  ])(
+    'a pause whose mapping update fails $failures times is tried again: paused $paused, and a pause that never lands leaves the record to be retried, not stopped or in the DLQ',
+    async ({ failures, paused }) => {
+      // Prepare: the worker's Lambda client fails UpdateEventSourceMapping `failures` times.
+      const s = await setup();
+      const lambda = new LambdaClient({
+        endpoint: moto.endpoint,
+        region: MOTO_REGION,
+        credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+      });
+      let updates = 0;
+      lambda.middlewareStack.add(
+        (next, context) => async (args) => {
+          if (context.commandName === 'UpdateEventSourceMappingCommand' && ++updates <= failures) {
+            throw Object.assign(new Error('test: service unavailable'), { name: 'ServiceException' });
+          }
+          return next(args);
+        },
+        { step: 'initialize' },
+      );
+      const slept: number[] = [];
+      const deps = createWorkerDeps(
+        s.config,
+        { ...clients, lambda },
+        {
+          resolver: catalogResolver,
+          sleep: async (ms) => void slept.push(ms),
+        },
+      );
+      const key = newKey('pause');
+      await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+      captcha.setKeyRevoked(true);
+      let out: SQSBatchResponse;
+      try {
+        // Act
+        out = await deliver(s, deps, await receiveAll(clients.sqs, s.res.queueUrl, 1));
+      } finally {
+        captcha.setKeyRevoked(false);
+      }
+      // Assess
+      expect(slept).toEqual([1_000, 2_000]);
+      expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe(paused ? 'Disabled' : 'Enabled');
+      expect((await s.store.get(key))?.status).toBe(paused ? 'stopped' : 'in_progress');
+      expect(out.batchItemFailures).toHaveLength(paused ? 0 : 1);
+      expect(await receive(clients.sqs, s.res.dlqUrl, 10, 0)).toHaveLength(paused ? 1 : 0);
+    },
+  );
+
   it('fails a poll timeout with POLL_TIMEOUT and holds the slot for the cool-down', async () => {
     // Prepare: the task never finishes; the client deadline is 120 s × 0.05 = 6 s.
     const s = await setup({ COOLDOWN_MS: '45000' });
@@ -974,6 +1026,7 @@ describe('worker against moto and the stand-ins', () => {
     expect([...metricNames].sort()).toEqual([
       'ClaimConflicts',
       'Outcomes',
+      'PauseFailures',
       // The learned poll schedule of each instance, once it has read a few answers of a type.
       'PollScheduleExpectedCalls',
       'PollScheduleExpectedWait',

@@ -1,0 +1,93 @@
+import { RATE_LIMIT_BACKOFF_MAX_FACTOR } from '../captchaai/answers.js';
+import { resolveTimings, type SolveTimingsOverrides } from '../captchaai/timings.js';
+import { WRITE_TRIES, writeBackoffTotalMs } from '../records/store.js';
+import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from './config.js';
+
+/**
+ * THE worst case of one record, in one place: the longest the worker can spend on a record at
+ * the configured timings, which the stack makes the function timeout (and the lease outlasts).
+ * Only then does a claim expire after every task it submitted is finished, and only then can the
+ * invocation not be cut off while a task may still hold a thread.
+ */
+
+/** Kept back before the function timeout to leave the record cleanly (functions/worker.ts). */
+export const DEADLINE_MARGIN_MS = 3_000;
+/** Cold start, the secret read, the pipeline-state read, DNS of the target: not time-scaled. */
+export const SETUP_MS = 10_000;
+/**
+ * One AWS call (a DynamoDB write, a mapping update, an SQS send). The SDK has no timeout of its
+ * own by default; this is the allowance per call, its retries included.
+ */
+export const AWS_CALL_MS = 1_000;
+/** Phase-marker writes of one record: a task marker per task (2) and the posting marker. */
+const MARKER_WRITES = 3;
+/** The stop path: mapping update + state write per try, 3 tries, waits 1 s + 2 s, DLQ copy, delete. */
+const STOP_PATH_MS = 3 * 2 * AWS_CALL_MS + 3_000 + 2 * AWS_CALL_MS;
+
+export interface WorstCaseSettings {
+  /** The CaptchaAI timing overrides the worker reads (CAPTCHAAI_* variables); defaults otherwise. */
+  timings?: SolveTimingsOverrides;
+  timeScale: number;
+  /** Each HTTP exchange with the target (real time). */
+  targetTimeoutMs: number;
+  /** Slot kept after a CaptchaAI deadline (real time). */
+  cooldownMs: number;
+}
+
+/** The parts of the worst case, in ms, for the tests and for operators who ask why. */
+export interface WorstCaseParts {
+  setup: number;
+  /** Every in.php, res.php and threadsinfo call at its HTTP timeout, every wait at its longest. */
+  captchaai: number;
+  /** An earlier claim's task within its cool-down (the slot is held until it must be finished). */
+  priorTask: number;
+  /**
+   * How the record ends, the longest of: the page load outlasting the solve plus the form POST
+   * (each at the target timeout); the page load plus the cool-down after a deadline; the stop
+   * path (the pause's tries, the DLQ copy, the delete). A record ends one way only.
+   */
+  ending: number;
+  /** Claim, the phase markers and the final write, each with its tries and back-off. */
+  aws: number;
+  margin: number;
+}
+
+/**
+ * The CaptchaAI part: per solve at most two tasks (the original and the one fresh resubmission
+ * after UNSOLVABLE; a resumed task takes the first one's place). Each task: a successful in.php
+ * call, then polls until its deadline and the last poll's HTTP call (or, when in.php's answer was
+ * lost, the wait of its deadline). Before a task: `submitRetries` failed in.php calls, each with
+ * a threadsinfo call (no free slot) and its back-off at the longest of the doubling back-off and
+ * the longest rate-limit back-off, plus the one re-check of idle threads (in.php + threadsinfo).
+ * A key rotated while the first start ended stop-class adds one more such start (in.php,
+ * threadsinfo, their re-check). HTTP timeouts are floored like the worker's (config.ts).
+ */
+export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
+  const t = resolveTimings(s.timings);
+  const scaled = (ms: number) => ms * s.timeScale;
+  const http = Math.max(scaled(t.httpTimeoutMs), MIN_CAPTCHAAI_HTTP_TIMEOUT_MS);
+  const task = 2 * http + scaled(t.deadlineMs);
+  let backoffs = 0;
+  for (let retry = 0; retry < t.submitRetries; retry++) {
+    backoffs += scaled(
+      Math.max(t.submitBackoffMs * 2 ** retry, t.rateLimitBackoffMs * RATE_LIMIT_BACKOFF_MAX_FACTOR),
+    );
+  }
+  const failedSubmits = (t.submitRetries + 1) * 2 * http + backoffs;
+  const keyRotation = 4 * http;
+  // The phase markers and the final write, each WRITE_TRIES tries with the back-off between them.
+  const writes = (MARKER_WRITES + 1) * (WRITE_TRIES * AWS_CALL_MS + writeBackoffTotalMs());
+  return {
+    setup: SETUP_MS,
+    captchaai: 2 * task + failedSubmits + keyRotation,
+    priorTask: s.cooldownMs,
+    ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, STOP_PATH_MS),
+    aws: AWS_CALL_MS + writes,
+    margin: DEADLINE_MARGIN_MS,
+  };
+}
+
+/** The worst case of one record in ms: the sum of {@link worstCaseParts}. */
+export function worstCaseRecordMs(s: WorstCaseSettings): number {
+  return Object.values(worstCaseParts(s)).reduce((sum, ms) => sum + ms, 0);
+}

@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_TIMINGS } from '../../../../functions/captchaai/timings.js';
+import { WRITE_TRIES } from '../../../../functions/records/store.js';
+import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from '../../../../functions/worker/config.js';
+import {
+  AWS_CALL_MS,
+  DEADLINE_MARGIN_MS,
+  SETUP_MS,
+  worstCaseParts,
+  worstCaseRecordMs,
+} from '../../../../functions/worker/worst-case.js';
+
+const BASE = { timeScale: 1, targetTimeoutMs: 15_000, cooldownMs: 60_000 };
+
+describe('worstCaseRecordMs: the longest one record can take', () => {
+  it('counts every CaptchaAI call at the default timings: two tasks with their successful in.php and last poll, the failed submits with threadsinfo and back-offs, the idle re-check and a key rotation', () => {
+    // Prepare: by hand, from CaptchaAI's defaults (http 30 s, deadline 120 s, 2 retries after 10 s and 20 s,
+    // each at least 8 × the 5 s rate-limit back-off).
+    const http = DEFAULT_TIMINGS.httpTimeoutMs;
+    const tasks = 2 * (2 * http + DEFAULT_TIMINGS.deadlineMs);
+    const failedSubmits = 3 * 2 * http + 40_000 + 40_000;
+    const rotation = 4 * http;
+    // Act
+    const parts = worstCaseParts(BASE);
+    // Assess
+    expect(parts.captchaai).toBe(tasks + failedSubmits + rotation);
+    expect(parts.setup).toBe(SETUP_MS);
+    expect(parts.priorTask).toBe(60_000);
+    expect(parts.ending).toBe(15_000 + 60_000);
+    expect(parts.aws).toBe(AWS_CALL_MS + 4 * (WRITE_TRIES * AWS_CALL_MS + 250 + 500 + 1_000));
+    expect(parts.margin).toBe(DEADLINE_MARGIN_MS);
+    expect(worstCaseRecordMs(BASE)).toBe(Object.values(parts).reduce((a, b) => a + b, 0));
+  });
+
+  it('scales the CaptchaAI waits but floors each HTTP timeout at the worker’s real minimum', () => {
+    const parts = worstCaseParts({ ...BASE, timeScale: 0.01 });
+    const http = MIN_CAPTCHAAI_HTTP_TIMEOUT_MS;
+    expect(parts.captchaai).toBe(2 * (2 * http + 1_200) + 3 * 2 * http + 400 + 400 + 4 * http);
+  });
+
+  it.each([
+    ['deadlineMs', { deadlineMs: 200_000 }],
+    ['httpTimeoutMs', { httpTimeoutMs: 40_000 }],
+    ['submitRetries', { submitRetries: 3 }],
+    ['submitBackoffMs', { submitBackoffMs: 60_000 }],
+    ['rateLimitBackoffMs', { rateLimitBackoffMs: 10_000 }],
+  ])('grows with %s', (_name, timings) => {
+    expect(worstCaseRecordMs({ ...BASE, timings })).toBeGreaterThan(worstCaseRecordMs(BASE));
+  });
+
+  it('grows with the target timeout and the cool-down', () => {
+    expect(worstCaseRecordMs({ ...BASE, targetTimeoutMs: 30_000 })).toBeGreaterThan(worstCaseRecordMs(BASE));
+    expect(worstCaseRecordMs({ ...BASE, cooldownMs: 90_000 })).toBeGreaterThan(worstCaseRecordMs(BASE));
+  });
+});
