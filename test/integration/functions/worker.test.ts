@@ -82,6 +82,15 @@ async function setup(env: Record<string, string> = {}): Promise<Setup> {
   };
 }
 
+/** The configuration of an AWS client of a test's own for moto (one a test can add a middleware to). */
+function motoConfig() {
+  return {
+    endpoint: moto.endpoint,
+    region: MOTO_REGION,
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+  };
+}
+
 let nextKey = 0;
 function newKey(prefix = 'rec'): string {
   return `${prefix}-${Date.now().toString(36)}-${++nextKey}`;
@@ -711,11 +720,7 @@ describe('worker against moto and the stand-ins', () => {
 
   /** A store whose final writes (finish) throw `failures` times (Infinity: always) before reaching moto. */
   function storeFailingFinishes(s: Setup, failures: number): { store: OutcomesStore; tries: () => number } {
-    const ddb = new DynamoDBClient({
-      endpoint: moto.endpoint,
-      region: MOTO_REGION,
-      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
-    });
+    const ddb = new DynamoDBClient(motoConfig());
     let tries = 0;
     ddb.middlewareStack.add(
       (next, context) => async (args) => {
@@ -936,11 +941,7 @@ describe('worker against moto and the stand-ins', () => {
     async ({ failures, paused }) => {
       // Prepare: the worker's Lambda client fails UpdateEventSourceMapping `failures` times.
       const s = await setup();
-      const lambda = new LambdaClient({
-        endpoint: moto.endpoint,
-        region: MOTO_REGION,
-        credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
-      });
+      const lambda = new LambdaClient(motoConfig());
       let updates = 0;
       lambda.middlewareStack.add(
         (next, context) => async (args) => {
