@@ -26,10 +26,16 @@ const CODE = sources('functions');
 const TARGET_CODES = [...CODE.matchAll(/new TargetError\(\s*['`]([A-Z_]+?)(?:\$\{[^}]*\})?['`]/g)].map(
   (m) => (m[0].includes('${') ? `${m[1]}<status>` : m[1]) as string,
 );
-/** Not row reasons: an aborted invocation leaves the record to its lease (decideOutcome: retry, no row). */
+/**
+ * Not row reasons: an aborted invocation leaves the record to its lease (decideOutcome: retry, no
+ * row); a final write that never landed and a pause that failed are retries too (the row's
+ * reason comes later: OUTCOME_UNKNOWN, or the stop code).
+ */
 const NOT_ROW_REASONS = new Set([
   'TARGET_ABORTED',
   REASON.ABORTED,
+  REASON.FINAL_WRITE_FAILED,
+  REASON.PAUSE_FAILED,
   REASON.LEASED_ELSEWHERE,
   REASON.ALREADY_FINISHED,
 ]);
