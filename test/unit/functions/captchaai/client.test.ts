@@ -806,6 +806,34 @@ describe('CaptchaAiClient: cancellation and secrecy', () => {
   });
 });
 
+describe('CaptchaAiClient: resuming a recorded task', () => {
+  it('polls a task an earlier attempt submitted, submits nothing, and returns its token', async () => {
+    // Prepare: the earlier attempt's task, made at the stand-in directly.
+    const s = await standin();
+    const res = await fetch(`${s.url}/in.php`, {
+      method: 'POST',
+      body: new URLSearchParams({
+        key: KEY,
+        method: 'userrecaptcha',
+        googlekey: V2.sitekey,
+        pageurl: PAGE,
+        json: '1',
+      }),
+    });
+    const taskId = String(((await res.json()) as { request: string | number }).request);
+    const { c, events } = client(s);
+
+    // Act
+    const result = await c.solve(V2, { resume: { taskId, submittedAt: Date.now() } });
+
+    // Assess
+    expect(result).toMatchObject({ taskId, submits: 0 });
+    expect(s.stats().submits).toBe(1);
+    expect(kinds(events, 'resumed')).toEqual([{ kind: 'resumed', captchaType: 'recaptcha_v2', taskId }]);
+    expect((await verify(s, result.token, V2.sitekey, PAGE)).success).toBe(true);
+  });
+});
+
 describe('CaptchaAiClient: threadsInfo', () => {
   it('reads threads sent as a string and working threads sent as a number', async () => {
     // Prepare
