@@ -6,7 +6,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
-import type { CaptchaTask } from './types.js';
+import type { CaptchaTask, ThreadsInfo } from './types.js';
 
 /**
  * CaptchaAI's side of the protocol, without I/O: the in.php parameters of a task, how an HTTP
@@ -205,4 +205,29 @@ export function countOf(v: unknown): number | undefined {
   if (typeof v === 'number') return Number.isInteger(v) && v >= 0 ? v : undefined;
   if (typeof v === 'string' && /^\s*\d+\s*$/.test(v)) return Number(v);
   return undefined;
+}
+
+/** Reads a threadsinfo answer: the counts, or the error class of what CaptchaAI answered instead. */
+export function readThreadsInfo(reply: HttpReply): ThreadsInfo {
+  rejectServerFailure(reply, 'threadsinfo');
+  const body = reply.text.trim();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    parsed = undefined;
+  }
+  if (isRecord(parsed) && 'threads' in parsed) {
+    // null, "", true or "abc" are an unreadable answer, never a count of 0 (which would pause NO_ACTIVE_PLAN).
+    const threads = countOf(parsed.threads);
+    const workingThreads = countOf(parsed.working_threads ?? parsed.workingThreads);
+    if (threads !== undefined && workingThreads !== undefined) return { threads, workingThreads };
+    throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without usable thread counts');
+  }
+  const answer = parseAnswer(reply, 'threadsinfo', parsed);
+  if (answer.ok) throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without thread counts');
+  const err = classify(answer.code, undefined);
+  // A no-slot code makes no sense here; anything but a stop-class answer is worth asking again later.
+  if (err instanceof StopClassError || err instanceof TransientError) throw err;
+  throw new TransientError(answer.code, `threadsinfo answered ${answer.code}`);
 }

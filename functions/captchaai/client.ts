@@ -11,15 +11,13 @@ import {
 import {
   AnswerUnreadableError,
   classify,
-  countOf,
   type HttpReply,
-  isRecord,
   NO_SLOT_CODES,
   NOT_READY_CODES,
   parseAnswer,
   RATE_LIMIT_BACKOFF_MAX_FACTOR,
   RequestNotSentError,
-  rejectServerFailure,
+  readThreadsInfo,
   taskParams,
 } from './answers.js';
 import { postForm, sleep } from './http.js';
@@ -254,27 +252,7 @@ export class CaptchaAiClient {
   async threadsInfo(o: { signal?: AbortSignal } = {}): Promise<ThreadsInfo> {
     o.signal?.throwIfAborted();
     const reply = await this.#request('res.php', { action: THREADSINFO_ACTION }, o.signal);
-    rejectServerFailure(reply, 'threadsinfo');
-    const body = reply.text.trim();
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(body);
-    } catch {
-      parsed = undefined;
-    }
-    if (isRecord(parsed) && 'threads' in parsed) {
-      // null, "", true or "abc" are an unreadable answer, never a count of 0 (which would pause NO_ACTIVE_PLAN).
-      const threads = countOf(parsed.threads);
-      const workingThreads = countOf(parsed.working_threads ?? parsed.workingThreads);
-      if (threads !== undefined && workingThreads !== undefined) return { threads, workingThreads };
-      throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without usable thread counts');
-    }
-    const answer = parseAnswer(reply, 'threadsinfo', parsed);
-    if (answer.ok) throw new TransientError('BAD_RESPONSE', 'threadsinfo answered without thread counts');
-    const err = classify(answer.code, undefined);
-    // A no-slot code makes no sense here; anything but a stop-class answer is worth asking again later.
-    if (err instanceof StopClassError || err instanceof TransientError) throw err;
-    throw new TransientError(answer.code, `threadsinfo answered ${answer.code}`);
+    return readThreadsInfo(reply);
   }
 
   /** One submission with its transient-retry budget; returns the new task id. */

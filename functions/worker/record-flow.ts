@@ -3,6 +3,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
 import { resolveTimings, scaledTokenLifetimeMs } from '../captchaai/timings.js';
+import type { SolveResult } from '../captchaai/types.js';
 import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
 import {
   type DecisionContext,
@@ -141,6 +142,41 @@ export async function processRecord(
   return workClaim({ record, deps, options, job, owner, claim, timing, log, ctx });
 }
 
+/**
+ * The task markers of one claim, written in order as in.php answers (functions/records/store.ts
+ * markSubmitted). `counted`: the in.php calls they have added to the row's attempts.
+ */
+class TaskMarkers {
+  counted = 0;
+  #chain: Promise<void> = Promise.resolve();
+
+  constructor(private readonly w: Pick<ClaimWork, 'deps' | 'job' | 'owner' | 'log'>) {}
+
+  record(taskId: string, submits: number): void {
+    const { deps, job, owner, log } = this.w;
+    const submittedAt = deps.now();
+    this.#chain = this.#chain.then(async () => {
+      const uncounted = submits - this.counted;
+      try {
+        const written = await deps.store.markSubmitted(job.record_key, owner, {
+          taskId,
+          submittedAt,
+          attempts: uncounted,
+        });
+        if (written.written) this.counted += uncounted;
+      } catch (err) {
+        // Not fatal: the lease alone still keeps a redelivery from submitting while it is live.
+        log.warn('could not record the task on the row', errorSummary(err));
+      }
+    });
+  }
+
+  /** Resolves once every marker write so far has ended (never rejects). */
+  settled(): Promise<void> {
+    return this.#chain;
+  }
+}
+
 interface ClaimWork {
   record: SQSRecord;
   deps: WorkerDeps;
@@ -161,7 +197,7 @@ interface ClaimWork {
  */
 async function workClaim(w: ClaimWork): Promise<RecordResult> {
   const { deps, job, owner, log, timing, options } = w;
-  const { config, store } = deps;
+  const { config } = deps;
   const effects = { record: w.record, deps, log, owner, recordKey: job.record_key };
   const captchaType = captchaTypeOf(job);
   const prior = decidePriorPhase(w.claim.previous, {
@@ -176,9 +212,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     return applyDecision(prior.decision, { ...effects, attempts: 0 });
   }
   let attempts = 0;
-  // in.php calls already added to the row's attempts by the task markers, and the marker writes.
-  let counted = 0;
-  let marker: Promise<void> = Promise.resolve();
+  const markers = new TaskMarkers(w);
   try {
     if (prior.kind === 'wait') {
       // The earlier claim's task may still hold a thread: keep this slot until it must be done.
@@ -201,21 +235,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     };
     const onSubmitted = (taskId: string, submits: number) => {
       loadPage();
-      const submittedAt = deps.now();
-      marker = marker.then(async () => {
-        const uncounted = submits - counted;
-        try {
-          const written = await store.markSubmitted(job.record_key, owner, {
-            taskId,
-            submittedAt,
-            attempts: uncounted,
-          });
-          if (written.written) counted += uncounted;
-        } catch (err) {
-          // Not fatal: the lease alone still keeps a redelivery from submitting while it is live.
-          log.warn('could not record the task on the row', errorSummary(err));
-        }
-      });
+      markers.record(taskId, submits);
     };
     if (prior.kind === 'resume') {
       log.info('resuming the task an earlier claim submitted', { taskId: prior.taskId });
@@ -254,45 +274,11 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     if (deps.now() - solved.solvedAt > lifetimeMs) {
       throw new TargetError('TOKEN_EXPIRED', `the token is older than its ${lifetimeMs} ms lifetime`);
     }
-    await marker;
-    // From the posting marker on, no later claim posts this record again. Not written: no POST.
-    const posting = await timing.time('finish_ms', () => store.markPosting(job.record_key, owner));
-    if (!posting.written) return finished(false, 'in_progress', deps, log);
-    const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
-    const posted = await timing.time('target_ms', () =>
-      session.submit(job.submit_url, fields, { idempotencyKey: job.record_key }),
-    );
-    const { status, reason } = decideTargetResponse(posted.status);
-    let written: WriteResult;
-    try {
-      written = await timing.time('finish_ms', () =>
-        store.finish(job.record_key, owner, {
-          status,
-          reason,
-          targetStatus: posted.status,
-          attempts: attempts - counted,
-          solveMs: solved.solveMs,
-        }),
-      );
-    } catch (err) {
-      log.error(
-        'the final write failed on every try; the posting marker keeps the record from a second POST',
-        {
-          status,
-          targetStatus: posted.status,
-          ...errorSummary(err),
-        },
-      );
-      return applyDecision(decideFinalWriteLost(w.claim.leaseExpiresAt), effects);
-    }
-    return finished(written.written, status, deps, log, {
-      targetStatus: posted.status,
-      polls: solved.polls,
-      ...timing.fields(),
-    });
+    await markers.settled();
+    return await postAndFinish(w, session, solved, attempts - markers.counted);
   } catch (err) {
     if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
-    await marker;
+    await markers.settled();
     const aborted = options.signal?.aborted === true;
     if (aborted) {
       log.warn(
@@ -304,9 +290,57 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     }
     return applyDecision(decideOutcome(err, { ...w.ctx, aborted }), {
       ...effects,
-      attempts: attempts - counted,
+      attempts: attempts - markers.counted,
     });
   }
+}
+
+/**
+ * The posting marker, the POST and the final write. From the posting marker on no later claim
+ * posts the record again; not written (the claim is lost), no POST. `attempts`: in.php calls not
+ * yet counted on the row.
+ */
+async function postAndFinish(
+  w: ClaimWork,
+  session: TargetSession,
+  solved: SolveResult,
+  attempts: number,
+): Promise<RecordResult> {
+  const { deps, job, owner, log, timing } = w;
+  const { store } = deps;
+  const effects = { record: w.record, deps, log, owner, recordKey: job.record_key };
+  // From the posting marker on, no later claim posts this record again. Not written: no POST.
+  const posting = await timing.time('finish_ms', () => store.markPosting(job.record_key, owner));
+  if (!posting.written) return finished(false, 'in_progress', deps, log);
+  const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
+  const posted = await timing.time('target_ms', () =>
+    session.submit(job.submit_url, fields, { idempotencyKey: job.record_key }),
+  );
+  const { status, reason } = decideTargetResponse(posted.status);
+  let written: WriteResult;
+  try {
+    written = await timing.time('finish_ms', () =>
+      store.finish(job.record_key, owner, {
+        status,
+        reason,
+        targetStatus: posted.status,
+        attempts,
+        solveMs: solved.solveMs,
+      }),
+    );
+  } catch (err) {
+    log.error('the final write failed on every try; the posting marker keeps the record from a second POST', {
+      status,
+      targetStatus: posted.status,
+      ...errorSummary(err),
+    });
+    return applyDecision(decideFinalWriteLost(w.claim.leaseExpiresAt), effects);
+  }
+  return finished(written.written, status, deps, log, {
+    targetStatus: posted.status,
+    polls: solved.polls,
+    ...timing.fields(),
+  });
 }
 
 /** A CaptchaAI task's deadline as this worker's client applies it (scaled). */
