@@ -118,42 +118,45 @@ Examples:
   npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline
   npx threadgate bench --records 400 --mix recaptcha_v2=1 --latency recaptcha_v2=lognormal:12,0.4 --no-baseline`,
     )
-    .action(async (opts: BenchCommandOptions) => {
-      if (opts.reserve >= opts.threads) {
-        throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
-      }
-      if (opts.modelOnly) {
-        const model = benchModel({
-          threads: opts.threads,
-          cap: opts.threads - opts.reserve,
-          records: opts.records,
-          seed: opts.seed,
-          ...(opts.mix ? { mix: opts.mix } : {}),
-          latency: latencyFromOptions(opts.latency),
-        });
-        process.stdout.write(opts.json ? `${JSON.stringify(model, null, 2)}\n` : formatModel(model));
-        return;
-      }
-      const report = await runInterruptible('bench', (signal) =>
-        runBench({
-          threads: opts.threads,
-          reserve: opts.reserve,
-          records: opts.records,
-          timeScale: opts.timeScale,
-          maxQueued: opts.maxQueued,
-          outDir: opts.outDir,
-          name: opts.name,
-          baseline: opts.baseline,
-          mix: opts.mix,
-          seed: opts.seed,
-          latency: latencyFromOptions(opts.latency),
-          ...(opts.pollSchedule ? { pollSchedule: opts.pollSchedule } : {}),
-          log: (line) => process.stderr.write(`${line}\n`),
-          signal,
-        }),
-      );
-      process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
-      const broken = report.max_in_flight > report.cap || report.zero_balance > 0 || !report.complete;
-      process.exitCode = broken ? EXIT.failure : EXIT.ok;
+    .action(benchAction);
+}
+
+/** The bench command's action: the model alone, or the full run. */
+async function benchAction(opts: BenchCommandOptions): Promise<void> {
+  if (opts.reserve >= opts.threads) {
+    throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
+  }
+  if (opts.modelOnly) {
+    const model = benchModel({
+      threads: opts.threads,
+      cap: opts.threads - opts.reserve,
+      records: opts.records,
+      seed: opts.seed,
+      ...(opts.mix ? { mix: opts.mix } : {}),
+      latency: latencyFromOptions(opts.latency),
     });
+    process.stdout.write(opts.json ? `${JSON.stringify(model, null, 2)}\n` : formatModel(model));
+    return;
+  }
+  const report = await runInterruptible('bench', (signal) =>
+    runBench({
+      threads: opts.threads,
+      reserve: opts.reserve,
+      records: opts.records,
+      timeScale: opts.timeScale,
+      maxQueued: opts.maxQueued,
+      outDir: opts.outDir,
+      name: opts.name,
+      baseline: opts.baseline,
+      mix: opts.mix,
+      seed: opts.seed,
+      latency: latencyFromOptions(opts.latency),
+      ...(opts.pollSchedule ? { pollSchedule: opts.pollSchedule } : {}),
+      log: (line) => process.stderr.write(`${line}\n`),
+      signal,
+    }),
+  );
+  process.stdout.write(opts.json ? `${JSON.stringify(report, null, 2)}\n` : formatReport(report));
+  const broken = report.max_in_flight > report.cap || report.zero_balance > 0 || !report.complete;
+  process.exitCode = broken ? EXIT.failure : EXIT.ok;
 }
