@@ -52,197 +52,200 @@ export class Monitoring extends Construct {
 
   constructor(scope: Construct, id: string, props: MonitoringProps) {
     super(scope, id);
-    const minute = Duration.minutes(1);
-    // Powertools adds the service name (the stack name) as a dimension to every metric.
-    const custom = (metricName: string, statistic: string, extra: Record<string, string> = {}) =>
-      new cloudwatch.Metric({
-        namespace: METRICS_NAMESPACE,
-        metricName,
-        dimensionsMap: { service: props.stackName, ...extra },
-        statistic,
-        period: minute,
+    const m = monitoringMetrics(props);
+    const alarm = (alarmId: string, o: Omit<cloudwatch.AlarmProps, 'treatMissingData'>) =>
+      new cloudwatch.Alarm(this, alarmId, {
+        ...o,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
       });
-
-    const byDimension = (metricName: string, dimension: string, label: string) =>
-      new cloudwatch.MathExpression({
-        expression: `SEARCH('{${METRICS_NAMESPACE},service,${dimension}} MetricName="${metricName}" service="${props.stackName}"', 'Sum', 60)`,
-        label,
-        usingMetrics: {},
-        period: minute,
-      });
-
-    const dlqDepth = props.dlq.metricApproximateNumberOfMessagesVisible({
-      period: minute,
-      statistic: 'Maximum',
-    });
-    const queueDepth = props.queue.metricApproximateNumberOfMessagesVisible({
-      period: minute,
-      statistic: 'Maximum',
-    });
-    const queueInFlight = props.queue.metricApproximateNumberOfMessagesNotVisible({
-      period: minute,
-      statistic: 'Maximum',
-    });
-    const oldestAge = props.queue.metricApproximateAgeOfOldestMessage({
-      period: minute,
-      statistic: 'Maximum',
-    });
-    const paused = custom('PipelinePaused', 'Maximum');
-    const adjusterErrors = props.adjuster.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' });
-    const inFlight = new cloudwatch.Metric({
-      namespace: 'AWS/Lambda',
-      metricName: 'ConcurrentExecutions',
-      dimensionsMap: { FunctionName: props.worker.functionName },
-      statistic: 'Maximum',
-      period: minute,
-      label: 'In flight (worker concurrent executions)',
-    });
-
-    this.dlqNotEmpty = new cloudwatch.Alarm(this, 'DlqNotEmpty', {
+    const atLeastOne = {
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    };
+    this.dlqNotEmpty = alarm('DlqNotEmpty', {
       alarmName: `${props.stackName}-dlq-not-empty`,
       alarmDescription:
         'Jobs reached the DLQ (stop-class failures or messages SQS gave up on). Read their error_code/reason attributes; fix the cause, then `threadgate redrive`.',
-      metric: dlqDepth,
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      metric: m.dlqDepth,
+      ...atLeastOne,
     });
-    this.pipelinePaused = new cloudwatch.Alarm(this, 'PipelinePaused', {
+    this.pipelinePaused = alarm('PipelinePaused', {
       alarmName: `${props.stackName}-pipeline-paused`,
       alarmDescription:
         'The pipeline is paused (stop-class CaptchaAI error: bad key, IP ban, no active plan). `threadgate status` shows why; fix it, then `threadgate resume`.',
-      metric: paused,
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      metric: m.paused,
+      ...atLeastOne,
     });
-    this.oldestMessageAge = new cloudwatch.Alarm(this, 'OldestMessageAge', {
+    this.oldestMessageAge = alarm('OldestMessageAge', {
       alarmName: `${props.stackName}-oldest-job-age`,
       alarmDescription: `A job has waited over ${props.oldestMessageAlarmSeconds} s in the queue: the pipeline is paused, the cap is too small for the load, or the worker is failing.`,
-      metric: oldestAge,
+      metric: m.oldestAge,
       threshold: props.oldestMessageAlarmSeconds,
       evaluationPeriods: 5,
       comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     });
-    this.adjusterErrors = new cloudwatch.Alarm(this, 'AdjusterErrors', {
+    this.adjusterErrors = alarm('AdjusterErrors', {
       alarmName: `${props.stackName}-cap-adjuster-errors`,
       alarmDescription:
         'The cap adjuster failed: the cap no longer follows the plan. Read the cap adjuster log group for the error.',
-      metric: adjusterErrors,
-      threshold: 1,
-      evaluationPeriods: 1,
-      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+      metric: m.adjusterErrors,
+      ...atLeastOne,
     });
-
     this.outcomeStream = props.outcomeStream
       ? outcomeStreamAlarms(this, props.stackName, props.outcomeStream)
       : undefined;
-
     if (props.alarmTopicArn) {
       const topic = sns.Topic.fromTopicArn(this, 'AlarmTopic', props.alarmTopicArn);
-      for (const alarm of [
+      for (const a of [
         this.dlqNotEmpty,
         this.pipelinePaused,
         this.oldestMessageAge,
         this.adjusterErrors,
         ...(this.outcomeStream ? Object.values(this.outcomeStream) : []),
       ]) {
-        alarm.addAlarmAction(new actions.SnsAction(topic));
+        a.addAlarmAction(new actions.SnsAction(topic));
       }
     }
-
     this.dashboard = new cloudwatch.Dashboard(this, 'Dashboard', {
       dashboardName: props.stackName,
       defaultInterval: Duration.hours(3),
     });
-    this.dashboard.addWidgets(
-      new cloudwatch.GraphWidget({
-        title: 'Cap and in flight',
-        width: 12,
-        left: [
-          inFlight,
-          custom('Cap', 'Maximum', {}).with({ label: 'Cap' }),
-          custom('PlanThreads', 'Maximum').with({ label: 'Plan threads' }),
-          custom('WorkingThreads', 'Maximum').with({ label: 'Working threads (all clients of the key)' }),
-          custom('ExternalThreadsBusy', 'Maximum').with({ label: 'Busy outside this pipeline (estimate)' }),
-        ],
-      }),
-      new cloudwatch.GraphWidget({
-        title: 'Queues',
-        width: 12,
-        left: [
-          queueDepth.with({ label: 'Queued jobs' }),
-          queueInFlight.with({ label: 'Jobs being worked on' }),
-          dlqDepth.with({ label: 'DLQ depth' }),
-        ],
-        right: [oldestAge.with({ label: 'Oldest job age (s)' })],
-      }),
-    );
-    this.dashboard.addWidgets(
-      new cloudwatch.GraphWidget({
-        title: 'Outcomes by status',
-        width: 12,
-        stacked: true,
-        // A search: every status the worker reports shows up without listing them here.
-        left: [byDimension(OUTCOMES_METRIC, 'status', 'Outcomes by status')],
-      }),
-      new cloudwatch.GraphWidget({
-        title: 'Solves',
-        width: 12,
-        left: [
-          custom('Solves', 'Sum').with({ label: 'Solves' }),
-          byDimension('ClaimConflicts', 'reason', 'Claim conflicts (duplicates skipped)'),
-          custom('StopEvents', 'Sum').with({ label: 'Stop-class events' }),
-        ],
-        right: [
-          custom('SolveTime', 'Average').with({ label: 'Solve time avg (ms)' }),
-          custom('SolveTime', 'p90').with({ label: 'Solve time p90 (ms)' }),
-        ],
-      }),
-    );
-    this.dashboard.addWidgets(
-      new cloudwatch.GraphWidget({
-        title: 'Pipeline state',
-        width: 12,
-        left: [
-          paused.with({ label: 'Paused (1 = yes)' }),
-          custom('ReservedConcurrencyFallback', 'Maximum').with({
-            label: 'Reserved concurrency fallback (mapping maximum only)',
-          }),
-        ],
-      }),
-      new cloudwatch.GraphWidget({
-        title: 'Worker and adjuster errors',
-        width: 12,
-        left: [
-          props.worker.metricErrors({ period: minute }).with({ label: 'Worker errors' }),
-          props.worker
-            .metricThrottles({ period: minute })
-            .with({ label: 'Worker throttles (should stay 0)' }),
-          adjusterErrors.with({ label: 'Adjuster errors' }),
-        ],
-      }),
-    );
-    if (props.outcomeStream) {
-      const { publisher, failures } = props.outcomeStream;
-      this.dashboard.addWidgets(
-        new cloudwatch.GraphWidget({
-          title: 'Outcome stream',
-          width: 12,
-          left: [
-            publisher.metricErrors({ period: minute }).with({ label: 'Publisher errors' }),
-            failures
-              .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: 'Maximum' })
-              .with({ label: 'Records not published (failure queue)' }),
-          ],
-          right: [iteratorAgeMetric(publisher).with({ label: 'Iterator age (ms)' })],
+    addDashboardWidgets(this.dashboard, props, m);
+  }
+}
+
+type MonitoringMetrics = ReturnType<typeof monitoringMetrics>;
+
+/** Every metric the alarms and the dashboard read. */
+function monitoringMetrics(props: MonitoringProps) {
+  const minute = Duration.minutes(1);
+  // Powertools adds the service name (the stack name) as a dimension to every metric.
+  const custom = (metricName: string, statistic: string, extra: Record<string, string> = {}) =>
+    new cloudwatch.Metric({
+      namespace: METRICS_NAMESPACE,
+      metricName,
+      dimensionsMap: { service: props.stackName, ...extra },
+      statistic,
+      period: minute,
+    });
+  const byDimension = (metricName: string, dimension: string, label: string) =>
+    new cloudwatch.MathExpression({
+      expression: `SEARCH('{${METRICS_NAMESPACE},service,${dimension}} MetricName="${metricName}" service="${props.stackName}"', 'Sum', 60)`,
+      label,
+      usingMetrics: {},
+      period: minute,
+    });
+  const maxPerMinute = { period: minute, statistic: 'Maximum' };
+  return {
+    minute,
+    custom,
+    byDimension,
+    dlqDepth: props.dlq.metricApproximateNumberOfMessagesVisible(maxPerMinute),
+    queueDepth: props.queue.metricApproximateNumberOfMessagesVisible(maxPerMinute),
+    queueInFlight: props.queue.metricApproximateNumberOfMessagesNotVisible(maxPerMinute),
+    oldestAge: props.queue.metricApproximateAgeOfOldestMessage(maxPerMinute),
+    paused: custom('PipelinePaused', 'Maximum'),
+    adjusterErrors: props.adjuster.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+    inFlight: new cloudwatch.Metric({
+      namespace: 'AWS/Lambda',
+      metricName: 'ConcurrentExecutions',
+      dimensionsMap: { FunctionName: props.worker.functionName },
+      statistic: 'Maximum',
+      period: minute,
+      label: 'In flight (worker concurrent executions)',
+    }),
+  };
+}
+
+/** The dashboard's rows: cap and in flight, queues, outcomes, solves, pipeline state, errors, stream. */
+function addDashboardWidgets(
+  dashboard: cloudwatch.Dashboard,
+  props: MonitoringProps,
+  m: MonitoringMetrics,
+): void {
+  const { custom, byDimension, minute } = m;
+  dashboard.addWidgets(
+    new cloudwatch.GraphWidget({
+      title: 'Cap and in flight',
+      width: 12,
+      left: [
+        m.inFlight,
+        custom('Cap', 'Maximum', {}).with({ label: 'Cap' }),
+        custom('PlanThreads', 'Maximum').with({ label: 'Plan threads' }),
+        custom('WorkingThreads', 'Maximum').with({ label: 'Working threads (all clients of the key)' }),
+        custom('ExternalThreadsBusy', 'Maximum').with({ label: 'Busy outside this pipeline (estimate)' }),
+      ],
+    }),
+    new cloudwatch.GraphWidget({
+      title: 'Queues',
+      width: 12,
+      left: [
+        m.queueDepth.with({ label: 'Queued jobs' }),
+        m.queueInFlight.with({ label: 'Jobs being worked on' }),
+        m.dlqDepth.with({ label: 'DLQ depth' }),
+      ],
+      right: [m.oldestAge.with({ label: 'Oldest job age (s)' })],
+    }),
+  );
+  dashboard.addWidgets(
+    new cloudwatch.GraphWidget({
+      title: 'Outcomes by status',
+      width: 12,
+      stacked: true,
+      // A search: every status the worker reports shows up without listing them here.
+      left: [byDimension(OUTCOMES_METRIC, 'status', 'Outcomes by status')],
+    }),
+    new cloudwatch.GraphWidget({
+      title: 'Solves',
+      width: 12,
+      left: [
+        custom('Solves', 'Sum').with({ label: 'Solves' }),
+        byDimension('ClaimConflicts', 'reason', 'Claim conflicts (duplicates skipped)'),
+        custom('StopEvents', 'Sum').with({ label: 'Stop-class events' }),
+      ],
+      right: [
+        custom('SolveTime', 'Average').with({ label: 'Solve time avg (ms)' }),
+        custom('SolveTime', 'p90').with({ label: 'Solve time p90 (ms)' }),
+      ],
+    }),
+  );
+  dashboard.addWidgets(
+    new cloudwatch.GraphWidget({
+      title: 'Pipeline state',
+      width: 12,
+      left: [
+        m.paused.with({ label: 'Paused (1 = yes)' }),
+        custom('ReservedConcurrencyFallback', 'Maximum').with({
+          label: 'Reserved concurrency fallback (mapping maximum only)',
         }),
-      );
-    }
+      ],
+    }),
+    new cloudwatch.GraphWidget({
+      title: 'Worker and adjuster errors',
+      width: 12,
+      left: [
+        props.worker.metricErrors({ period: minute }).with({ label: 'Worker errors' }),
+        props.worker.metricThrottles({ period: minute }).with({ label: 'Worker throttles (should stay 0)' }),
+        m.adjusterErrors.with({ label: 'Adjuster errors' }),
+      ],
+    }),
+  );
+  if (props.outcomeStream) {
+    const { publisher, failures } = props.outcomeStream;
+    dashboard.addWidgets(
+      new cloudwatch.GraphWidget({
+        title: 'Outcome stream',
+        width: 12,
+        left: [
+          publisher.metricErrors({ period: minute }).with({ label: 'Publisher errors' }),
+          failures
+            .metricApproximateNumberOfMessagesVisible({ period: minute, statistic: 'Maximum' })
+            .with({ label: 'Records not published (failure queue)' }),
+        ],
+        right: [iteratorAgeMetric(publisher).with({ label: 'Iterator age (ms)' })],
+      }),
+    );
   }
 }
 
