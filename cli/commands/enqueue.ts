@@ -179,15 +179,140 @@ async function countLines(file: string): Promise<number> {
   return last === 10 ? lines : lines + 1;
 }
 
+interface SendOptions {
+  aws: AwsContext | undefined;
+  queueUrl: string | null;
+  concurrency: number;
+  rejectsPath: string | undefined;
+  dryRun: boolean;
+}
+
+/**
+ * The batches of one enqueue run: lines wait in a batch of at most BATCH_ENTRIES entries and
+ * BATCH_BYTES bytes, and at most `concurrency` SendMessageBatch calls are in flight. A line's
+ * batch_id and record_key are counted once the line is sent.
+ */
+class BatchSender {
+  /** Batch and key of each line waiting in `batch` or in flight; counted once it is sent. */
+  private readonly batchOfLine = new Map<string, { batch: string; key: string }>();
+  readonly keysOfBatch = new Map<string, Set<string>>();
+  private readonly inflight = new Set<Promise<void>>();
+  private batch: { entries: SendMessageBatchRequestEntry[]; bytes: number } = { entries: [], bytes: 0 };
+  fatal: unknown;
+
+  constructor(
+    private readonly o: SendOptions,
+    private readonly summary: EnqueueSummary,
+    private readonly progress: Progress,
+  ) {}
+
+  /** Adds a valid line, sending the batch before it when the line would not fit. */
+  async add(lineNo: number, line: string, job: { record_key: string; batch_id?: string }): Promise<void> {
+    const bytes = Buffer.byteLength(line, 'utf8');
+    const { entries } = this.batch;
+    if (entries.length >= BATCH_ENTRIES || (entries.length > 0 && this.batch.bytes + bytes > BATCH_BYTES)) {
+      await this.flush();
+    }
+    this.batch.entries.push({ Id: String(lineNo), MessageBody: line });
+    if (job.batch_id !== undefined)
+      this.batchOfLine.set(String(lineNo), { batch: job.batch_id, key: job.record_key });
+    this.batch.bytes += bytes;
+  }
+
+  /** Sends what is left and waits for every call in flight. */
+  async finish(): Promise<void> {
+    if (!this.fatal) await this.flush();
+    await Promise.all(this.inflight);
+  }
+
+  private countSent(ids: Iterable<string>): void {
+    for (const id of ids) {
+      const line = this.batchOfLine.get(id);
+      if (!line) continue;
+      this.batchOfLine.delete(id);
+      const keys = this.keysOfBatch.get(line.batch) ?? new Set<string>();
+      this.keysOfBatch.set(line.batch, keys);
+      keys.add(line.key);
+      this.summary.batches[line.batch] = keys.size;
+    }
+  }
+
+  private async flush(): Promise<void> {
+    const { o, summary, progress } = this;
+    const entries = this.batch.entries;
+    this.batch = { entries: [], bytes: 0 };
+    if (entries.length === 0 || o.dryRun || !o.aws || !o.queueUrl) {
+      this.countSent(entries.map((e) => e.Id ?? ''));
+      progress.tick(entries.length);
+      return;
+    }
+    while (this.inflight.size >= o.concurrency) await Promise.race(this.inflight);
+    const p = sendMessageBatchWithRetries(o.aws, o.queueUrl, entries)
+      .then((result) => {
+        summary.sent += result.sent.length;
+        this.countSent(result.sent);
+        for (const f of result.failed) {
+          const failure = { line: Number(f.id), code: f.code, message: f.message };
+          summary.failed.push(failure);
+          progress.log(`line ${failure.line}: not sent: ${f.code} ${f.message}`);
+        }
+        progress.tick(entries.length);
+      })
+      .catch((err) => {
+        this.fatal ??= err;
+      })
+      .finally(() => this.inflight.delete(p));
+    this.inflight.add(p);
+  }
+}
+
+/** Checks one line; the job when it is to be sent, undefined when it was blank or rejected. */
+function admitLine(
+  rawLine: string,
+  lineNo: number,
+  ctx: {
+    summary: EnqueueSummary;
+    progress: Progress;
+    firstLineOf: Map<string, number>;
+    rejectsFile: WriteStream | undefined;
+  },
+): { line: string; job: { record_key: string; batch_id?: string } } | undefined {
+  const { summary, progress, firstLineOf } = ctx;
+  const line = rawLine.trim();
+  if (line === '') {
+    progress.tick();
+    return undefined; // blank lines carry nothing
+  }
+  summary.lines += 1;
+  const verdict = validateJobMessage(line);
+  if (!verdict.ok) {
+    summary.rejected.push({
+      line: lineNo,
+      reason: verdict.reason,
+      ...(verdict.recordKey !== undefined ? { recordKey: verdict.recordKey } : {}),
+    });
+    if (summary.rejected.length <= PRINT_LIMIT) progress.log(`line ${lineNo}: rejected: ${verdict.reason}`);
+    ctx.rejectsFile?.write(`${rawLine}\n`);
+    progress.tick();
+    return undefined;
+  }
+  const key = verdict.job.record_key;
+  const first = firstLineOf.get(key);
+  if (first === undefined) firstLineOf.set(key, lineNo);
+  else {
+    summary.repeated.push({ line: lineNo, recordKey: key, firstLine: first });
+    if (summary.repeated.length <= PRINT_LIMIT) {
+      progress.log(
+        `line ${lineNo}: warning: record_key ${JSON.stringify(key)} repeats line ${first}; it is sent, and solved at most once`,
+      );
+    }
+  }
+  return { line, job: verdict.job };
+}
+
 async function enqueue(
   file: string,
-  o: {
-    aws: AwsContext | undefined;
-    queueUrl: string | null;
-    concurrency: number;
-    rejectsPath: string | undefined;
-    dryRun: boolean;
-  },
+  o: SendOptions,
 ): Promise<EnqueueSummary & { keysOfBatch: Map<string, Set<string>> }> {
   const input = await openInput(file);
   const rejectsFile = o.rejectsPath ? await openRejects(o.rejectsPath) : undefined;
@@ -202,118 +327,33 @@ async function enqueue(
     batches: {},
     dryRun: o.dryRun,
   };
-  const firstLineOf = new Map<string, number>();
-  /** Batch and key of each line waiting in `batch` or in flight; counted once it is sent. */
-  const batchOfLine = new Map<string, { batch: string; key: string }>();
-  const keysOfBatch = new Map<string, Set<string>>();
-  const countSent = (ids: Iterable<string>) => {
-    for (const id of ids) {
-      const line = batchOfLine.get(id);
-      if (!line) continue;
-      batchOfLine.delete(id);
-      const keys = keysOfBatch.get(line.batch) ?? new Set<string>();
-      keysOfBatch.set(line.batch, keys);
-      keys.add(line.key);
-      summary.batches[line.batch] = keys.size;
-    }
-  };
-  const inflight = new Set<Promise<void>>();
-  let batch: { entries: SendMessageBatchRequestEntry[]; bytes: number } = { entries: [], bytes: 0 };
-  let fatal: unknown;
-
-  const flush = async () => {
-    const entries = batch.entries;
-    batch = { entries: [], bytes: 0 };
-    if (entries.length === 0 || o.dryRun || !o.aws || !o.queueUrl) {
-      countSent(entries.map((e) => e.Id ?? ''));
-      progress.tick(entries.length);
-      return;
-    }
-    while (inflight.size >= o.concurrency) await Promise.race(inflight);
-    const aws = o.aws;
-    const queueUrl = o.queueUrl;
-    const p = sendMessageBatchWithRetries(aws, queueUrl, entries)
-      .then((result) => {
-        summary.sent += result.sent.length;
-        countSent(result.sent);
-        for (const f of result.failed) {
-          const failure = { line: Number(f.id), code: f.code, message: f.message };
-          summary.failed.push(failure);
-          progress.log(`line ${failure.line}: not sent: ${f.code} ${f.message}`);
-        }
-        progress.tick(entries.length);
-      })
-      .catch((err) => {
-        fatal ??= err;
-      })
-      .finally(() => inflight.delete(p));
-    inflight.add(p);
-  };
-
+  const sender = new BatchSender(o, summary, progress);
+  const ctx = { summary, progress, firstLineOf: new Map<string, number>(), rejectsFile };
   const lines = createInterface({ input: input.stream, crlfDelay: Number.POSITIVE_INFINITY });
   let lineNo = 0;
   for await (const rawLine of lines) {
     lineNo += 1;
-    if (fatal) break;
-    const line = rawLine.trim();
-    if (line === '') {
-      progress.tick();
-      continue; // blank lines carry nothing
-    }
-    summary.lines += 1;
-    const verdict = validateJobMessage(line);
-    if (!verdict.ok) {
-      summary.rejected.push({
-        line: lineNo,
-        reason: verdict.reason,
-        ...(verdict.recordKey !== undefined ? { recordKey: verdict.recordKey } : {}),
-      });
-      if (summary.rejected.length <= PRINT_LIMIT) progress.log(`line ${lineNo}: rejected: ${verdict.reason}`);
-      rejectsFile?.write(`${rawLine}\n`);
-      progress.tick();
-      continue;
-    }
-    const key = verdict.job.record_key;
-    const first = firstLineOf.get(key);
-    if (first === undefined) firstLineOf.set(key, lineNo);
-    else {
-      summary.repeated.push({ line: lineNo, recordKey: key, firstLine: first });
-      if (summary.repeated.length <= PRINT_LIMIT) {
-        progress.log(
-          `line ${lineNo}: warning: record_key ${JSON.stringify(key)} repeats line ${first}; it is sent, and solved at most once`,
-        );
-      }
-    }
-    const bytes = Buffer.byteLength(line, 'utf8');
-    if (
-      batch.entries.length >= BATCH_ENTRIES ||
-      (batch.entries.length > 0 && batch.bytes + bytes > BATCH_BYTES)
-    ) {
-      await flush();
-    }
-    batch.entries.push({ Id: String(lineNo), MessageBody: line });
-    if (verdict.job.batch_id !== undefined)
-      batchOfLine.set(String(lineNo), { batch: verdict.job.batch_id, key });
-    batch.bytes += bytes;
+    if (sender.fatal) break;
+    const admitted = admitLine(rawLine, lineNo, ctx);
+    if (admitted) await sender.add(lineNo, admitted.line, admitted.job);
   }
-  if (!fatal) await flush();
-  await Promise.all(inflight);
+  await sender.finish();
   progress.finish();
   if (rejectsFile) await closeRejects(rejectsFile);
   const more = (n: number, what: string) =>
     n > PRINT_LIMIT ? progress.log(`… and ${n - PRINT_LIMIT} more ${what} (not printed)`) : undefined;
   more(summary.rejected.length, `rejected lines${o.rejectsPath ? ` (all in ${o.rejectsPath})` : ''}`);
   more(summary.repeated.length, 'repeated record_keys');
-  if (fatal) {
-    const err = o.aws ? explainAwsError(fatal, o.aws) : fatal;
+  if (sender.fatal) {
+    const err = o.aws ? explainAwsError(sender.fatal, o.aws) : sender.fatal;
     throw new CliError(
       `${(err as Error).message} — stopped after sending ${summary.sent} messages. Sending the whole file again is safe: ` +
         'a record_key that already has an outcome is not solved again.',
       err instanceof CliError ? err.exitCode : EXIT.transient,
-      { cause: fatal },
+      { cause: sender.fatal },
     );
   }
-  return { ...summary, keysOfBatch };
+  return { ...summary, keysOfBatch: sender.keysOfBatch };
 }
 
 async function openRejects(path: string): Promise<WriteStream> {
