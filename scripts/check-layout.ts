@@ -39,8 +39,6 @@ export interface Pending {
 }
 
 export const PENDING: Pending[] = [
-  { file: 'local/standins/target.ts', name: 'startTargetStandin', lines: 189 },
-  { file: 'local/standins/target.ts', name: 'handle', lines: 130 },
   { file: 'functions/worker/record-flow.ts', name: 'processRecord', lines: 132 },
   { file: 'local/chaos/run.ts', name: 'runChaos', lines: 112 },
   { file: 'cli/commands/bench.ts', name: 'registerBench', lines: 106 },

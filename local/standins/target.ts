@@ -159,170 +159,211 @@ function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
-export async function startTargetStandin(options: TargetStandinOptions): Promise<TargetStandin> {
-  const sitekey = options.sitekey ?? DEFAULT_STANDIN_SITEKEY;
-  const tokenFields = options.tokenFields ?? ['g-recaptcha-response', 'cf-turnstile-response'];
-  const captchaUrl = options.captchaUrl?.replace(/\/+$/, '');
+/** The form site's state and its answers; startTargetStandin puts it behind an HTTP server. */
+class TargetSite {
+  readonly sitekey: string;
+  private readonly tokenFields: string[];
+  private readonly captchaUrl: string | undefined;
   /** session id → the page URL that session loaded last. */
-  const sessions = new Map<string, string>();
-  let stats = emptyStats();
-  const tokens: string[] = [];
-  const pageDelayMs = options.pageDelayMs ?? 0;
-  const postDelayMs = options.postDelayMs ?? 0;
-  const events = eventLog<TargetEvent>();
-  let dropAfterPost: FaultDraw | undefined;
-  const setFaults = (f: TargetFaults) => {
-    checkTargetFaults(f);
-    if (f.dropAfterPost !== undefined)
-      dropAfterPost = f.dropAfterPost === null ? undefined : faultDraw(f.dropAfterPost);
-  };
-  if (options.faults) setFaults(options.faults);
-  for (const [name, v] of [
-    ['pageDelayMs', pageDelayMs],
-    ['postDelayMs', postDelayMs],
-  ] as const) {
-    if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`${name} must be a number >= 0, got ${v}`);
+  private readonly sessions = new Map<string, string>();
+  stats = emptyStats();
+  readonly tokens: string[] = [];
+  private readonly pageDelayMs: number;
+  private readonly postDelayMs: number;
+  readonly events = eventLog<TargetEvent>();
+  private dropAfterPost: FaultDraw | undefined;
+
+  constructor(options: TargetStandinOptions) {
+    this.sitekey = options.sitekey ?? DEFAULT_STANDIN_SITEKEY;
+    this.tokenFields = options.tokenFields ?? ['g-recaptcha-response', 'cf-turnstile-response'];
+    this.captchaUrl = options.captchaUrl?.replace(/\/+$/, '');
+    this.pageDelayMs = options.pageDelayMs ?? 0;
+    this.postDelayMs = options.postDelayMs ?? 0;
+    if (options.faults) this.setFaults(options.faults);
+    for (const [name, v] of [
+      ['pageDelayMs', this.pageDelayMs],
+      ['postDelayMs', this.postDelayMs],
+    ] as const) {
+      if (!(Number.isFinite(v) && v >= 0)) throw new RangeError(`${name} must be a number >= 0, got ${v}`);
+    }
   }
 
-  const reject = (res: ServerResponse, status: number, reason: string, event?: TargetEvent) => {
-    stats.rejections[reason] = (stats.rejections[reason] ?? 0) + 1;
-    if (event) events.push({ ...event, status, reason });
-    res.writeHead(status, { 'content-type': 'text/plain' }).end(`rejected: ${reason}\n`);
-  };
+  setFaults(f: TargetFaults): void {
+    checkTargetFaults(f);
+    if (f.dropAfterPost !== undefined)
+      this.dropAfterPost = f.dropAfterPost === null ? undefined : faultDraw(f.dropAfterPost);
+  }
 
-  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', `http://${req.headers.host ?? '127.0.0.1'}`);
-    if (url.pathname === '/stats' && req.method === 'GET') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats));
-      return;
-    }
-    if (url.pathname === '/stats/reset' && req.method === 'POST') {
-      stats = emptyStats();
-      res.writeHead(204).end();
-      return;
-    }
-    if (url.pathname === '/events' && req.method === 'GET') {
-      const since = Number(url.searchParams.get('since') ?? 0) || 0;
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(events.since(since)));
-      return;
-    }
-    if (url.pathname === '/faults' && req.method === 'POST') {
-      try {
-        setFaults(JSON.parse(await readBody(req)) as unknown as TargetFaults);
-      } catch (err) {
-        res.writeHead(400, { 'content-type': 'text/plain' }).end(`${(err as Error).message}\n`);
-        return;
-      }
-      res.writeHead(204).end();
-      return;
-    }
+    if (await this.controlRoute(url, req, res)) return;
     const segments = url.pathname.split('/');
     const control = segments[1] ?? '';
     const arg = segments[2] ?? '';
-    if (control === 'redirect') {
-      const n = Number(arg);
-      const rest = `/${segments.slice(3).join('/')}`;
-      const next = n > 0 ? `/redirect/${n - 1}${rest}` : rest;
-      res.writeHead(302, { location: `${next}${url.search}` }).end();
-      return;
-    }
-    if (control === 'redirect-to') {
-      res.writeHead(302, { location: decodeURIComponent(arg) }).end();
-      return;
-    }
+    if (control === 'redirect' || control === 'redirect-to') return redirect(url, segments, res);
     const isPost = req.method === 'POST';
     // The moment a POST arrives, before any delay: a crash from here on may leave the form taken.
-    if (isPost) events.push({ kind: 'post-received', record: recordOf(url), status: 0 });
-    const delayMs = isPost ? postDelayMs : req.method === 'GET' ? pageDelayMs : 0;
+    if (isPost) this.events.push({ kind: 'post-received', record: recordOf(url), status: 0 });
+    const delayMs = isPost ? this.postDelayMs : req.method === 'GET' ? this.pageDelayMs : 0;
     if (delayMs > 0) await sleep(delayMs);
     if (control === (isPost ? 'slow-post' : 'slow-page')) await sleep(Number(arg) || 0);
-    if (control === (isPost ? 'fail-post' : 'fail-page')) {
-      const status = Number(arg) || 500;
-      if (isPost) {
-        stats.posts++;
-        reject(res, status, `FORCED_${status}`, { kind: 'post', record: recordOf(url), status });
-      } else {
-        events.push({ kind: 'page', record: recordOf(url), status });
-        res.writeHead(status, { 'content-type': 'text/plain' }).end(`forced ${status}\n`);
-      }
-      return;
-    }
-
+    if (control === (isPost ? 'fail-post' : 'fail-page')) return this.forcedFailure(url, arg, isPost, res);
     const hostile = control === (isPost ? 'hostile-post' : 'hostile-page') ? hostileKind(arg) : undefined;
-    if (req.method === 'GET') {
-      stats.pageLoads++;
-      let session = readCookie(req, SESSION_COOKIE);
-      const headers: Record<string, string> = { 'content-type': 'text/html; charset=utf-8' };
-      if (!session || !sessions.has(session)) {
-        session = randomBytes(16).toString('hex');
-        headers['set-cookie'] = `${SESSION_COOKIE}=${session}; Path=/; HttpOnly; SameSite=Lax`;
-      }
-      sessions.set(session, url.href);
-      events.push({ kind: 'page', record: recordOf(url), status: 200 });
-      if (hostile) return sendHostile(req, res, hostile, headers);
-      const turnstile = url.searchParams.get('widget') === 'turnstile';
-      const widget = turnstile
-        ? `<div class="cf-turnstile" data-sitekey="${escapeHtml(sitekey)}"></div>`
-        : `<div class="g-recaptcha" data-sitekey="${escapeHtml(sitekey)}"></div>`;
-      res
-        .writeHead(200, headers)
-        .end(
-          `<!doctype html><html><body><form method="post" action="${escapeHtml(url.pathname)}">` +
-            `${widget}<button type="submit">Submit</button></form></body></html>\n`,
-        );
-      return;
-    }
-
-    if (isPost) {
-      stats.posts++;
-      const form = new URLSearchParams(await readBody(req));
-      const idempotencyKey = req.headers['idempotency-key'];
-      const event: TargetEvent = {
-        kind: 'post',
-        record: recordOf(url, form),
-        status: 0,
-        ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
-      };
-      const session = readCookie(req, SESSION_COOKIE);
-      const pageurl = session ? sessions.get(session) : undefined;
-      if (!pageurl) return reject(res, 403, 'NO_SESSION', event);
-      const field = tokenFields.find((f) => form.has(f));
-      const token = field ? form.get(field) : undefined;
-      if (!token) return reject(res, 403, 'MISSING_TOKEN', event);
-      tokens.push(token);
-      let verdict: { success?: boolean; error?: string };
-      if (captchaUrl === undefined) return reject(res, 502, 'VERIFY_UNAVAILABLE', event);
-      try {
-        const answer = await fetch(`${captchaUrl}/verify`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ token, sitekey, pageurl }),
-        });
-        verdict = (await answer.json()) as typeof verdict;
-      } catch {
-        return reject(res, 502, 'VERIFY_UNAVAILABLE', event);
-      }
-      if (verdict.success !== true) return reject(res, 403, verdict.error ?? 'TOKEN_REJECTED', event);
-      const record = form.get('record') ?? url.pathname;
-      stats.accepted[record] = (stats.accepted[record] ?? 0) + 1;
-      stats.acceptedTotal++;
-      if (dropAfterPost?.hit(event.record)) {
-        // The form took it; its answer is lost (a reset connection, a timed-out gateway).
-        stats.droppedAfterPost++;
-        events.push({ ...event, reason: 'DROPPED_AFTER_POST' });
-        req.socket.destroy();
-        return;
-      }
-      events.push({ ...event, status: 200 });
-      if (hostile) return sendHostile(req, res, hostile);
-      res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted\n');
-      return;
-    }
+    if (req.method === 'GET') return this.page(url, req, res, hostile);
+    if (isPost) return this.post(url, req, res, hostile);
     res.writeHead(405).end();
-  };
+  }
 
+  /** GET /stats, POST /stats/reset, GET /events, POST /faults; false for any other request. */
+  private async controlRoute(url: URL, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+    const route = `${req.method} ${url.pathname}`;
+    if (route === 'GET /stats') {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(this.stats));
+    } else if (route === 'POST /stats/reset') {
+      this.stats = emptyStats();
+      res.writeHead(204).end();
+    } else if (route === 'GET /events') {
+      const since = Number(url.searchParams.get('since') ?? 0) || 0;
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify(this.events.since(since)));
+    } else if (route === 'POST /faults') {
+      try {
+        this.setFaults(JSON.parse(await readBody(req)) as unknown as TargetFaults);
+      } catch (err) {
+        res.writeHead(400, { 'content-type': 'text/plain' }).end(`${(err as Error).message}\n`);
+        return true;
+      }
+      res.writeHead(204).end();
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  private reject(res: ServerResponse, status: number, reason: string, event?: TargetEvent): void {
+    this.stats.rejections[reason] = (this.stats.rejections[reason] ?? 0) + 1;
+    if (event) this.events.push({ ...event, status, reason });
+    res.writeHead(status, { 'content-type': 'text/plain' }).end(`rejected: ${reason}\n`);
+  }
+
+  private forcedFailure(url: URL, arg: string, isPost: boolean, res: ServerResponse): void {
+    const status = Number(arg) || 500;
+    if (isPost) {
+      this.stats.posts++;
+      this.reject(res, status, `FORCED_${status}`, { kind: 'post', record: recordOf(url), status });
+    } else {
+      this.events.push({ kind: 'page', record: recordOf(url), status });
+      res.writeHead(status, { 'content-type': 'text/plain' }).end(`forced ${status}\n`);
+    }
+  }
+
+  private async page(
+    url: URL,
+    req: IncomingMessage,
+    res: ServerResponse,
+    hostile: HostileKind | undefined,
+  ): Promise<void> {
+    this.stats.pageLoads++;
+    let session = readCookie(req, SESSION_COOKIE);
+    const headers: Record<string, string> = { 'content-type': 'text/html; charset=utf-8' };
+    if (!session || !this.sessions.has(session)) {
+      session = randomBytes(16).toString('hex');
+      headers['set-cookie'] = `${SESSION_COOKIE}=${session}; Path=/; HttpOnly; SameSite=Lax`;
+    }
+    this.sessions.set(session, url.href);
+    this.events.push({ kind: 'page', record: recordOf(url), status: 200 });
+    if (hostile) return sendHostile(req, res, hostile, headers);
+    const turnstile = url.searchParams.get('widget') === 'turnstile';
+    const sitekey = escapeHtml(this.sitekey);
+    const widget = turnstile
+      ? `<div class="cf-turnstile" data-sitekey="${sitekey}"></div>`
+      : `<div class="g-recaptcha" data-sitekey="${sitekey}"></div>`;
+    res
+      .writeHead(200, headers)
+      .end(
+        `<!doctype html><html><body><form method="post" action="${escapeHtml(url.pathname)}">` +
+          `${widget}<button type="submit">Submit</button></form></body></html>\n`,
+      );
+  }
+
+  private async post(
+    url: URL,
+    req: IncomingMessage,
+    res: ServerResponse,
+    hostile: HostileKind | undefined,
+  ): Promise<void> {
+    this.stats.posts++;
+    const form = new URLSearchParams(await readBody(req));
+    const idempotencyKey = req.headers['idempotency-key'];
+    const event: TargetEvent = {
+      kind: 'post',
+      record: recordOf(url, form),
+      status: 0,
+      ...(typeof idempotencyKey === 'string' ? { idempotencyKey } : {}),
+    };
+    const session = readCookie(req, SESSION_COOKIE);
+    const pageurl = session ? this.sessions.get(session) : undefined;
+    if (!pageurl) return this.reject(res, 403, 'NO_SESSION', event);
+    const field = this.tokenFields.find((f) => form.has(f));
+    const token = field ? form.get(field) : undefined;
+    if (!token) return this.reject(res, 403, 'MISSING_TOKEN', event);
+    this.tokens.push(token);
+    const refusal = await this.verify(token, pageurl);
+    if (refusal) return this.reject(res, refusal.status, refusal.reason, event);
+    const record = form.get('record') ?? url.pathname;
+    this.stats.accepted[record] = (this.stats.accepted[record] ?? 0) + 1;
+    this.stats.acceptedTotal++;
+    if (this.dropAfterPost?.hit(event.record)) {
+      // The form took it; its answer is lost (a reset connection, a timed-out gateway).
+      this.stats.droppedAfterPost++;
+      this.events.push({ ...event, reason: 'DROPPED_AFTER_POST' });
+      req.socket.destroy();
+      return;
+    }
+    this.events.push({ ...event, status: 200 });
+    if (hostile) return sendHostile(req, res, hostile);
+    res.writeHead(200, { 'content-type': 'text/plain' }).end('accepted\n');
+  }
+
+  /** Checks a token with the CaptchaAI stand-in; the refusal, or undefined when it is good. */
+  private async verify(
+    token: string,
+    pageurl: string,
+  ): Promise<{ status: number; reason: string } | undefined> {
+    if (this.captchaUrl === undefined) return { status: 502, reason: 'VERIFY_UNAVAILABLE' };
+    let verdict: { success?: boolean; error?: string };
+    try {
+      const answer = await fetch(`${this.captchaUrl}/verify`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ token, sitekey: this.sitekey, pageurl }),
+      });
+      verdict = (await answer.json()) as typeof verdict;
+    } catch {
+      return { status: 502, reason: 'VERIFY_UNAVAILABLE' };
+    }
+    return verdict.success === true ? undefined : { status: 403, reason: verdict.error ?? 'TOKEN_REJECTED' };
+  }
+}
+
+/** /redirect/<n>/… (302 to /redirect/<n-1>/…, at 0 to /…) and /redirect-to/<encoded URL>. */
+function redirect(url: URL, segments: string[], res: ServerResponse): void {
+  const arg = segments[2] ?? '';
+  if (segments[1] === 'redirect-to') {
+    res.writeHead(302, { location: decodeURIComponent(arg) }).end();
+    return;
+  }
+  const n = Number(arg);
+  const rest = `/${segments.slice(3).join('/')}`;
+  const next = n > 0 ? `/redirect/${n - 1}${rest}` : rest;
+  res.writeHead(302, { location: `${next}${url.search}` }).end();
+}
+
+export async function startTargetStandin(options: TargetStandinOptions): Promise<TargetStandin> {
+  const site = new TargetSite(options);
   const server = createServer((req, res) => {
-    handle(req, res).catch(() => {
+    site.handle(req, res).catch(() => {
       if (!res.headersSent) res.writeHead(500).end();
       else res.end();
     });
@@ -334,14 +375,14 @@ export async function startTargetStandin(options: TargetStandinOptions): Promise
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
     port,
-    sitekey,
-    stats: () => structuredClone(stats),
+    sitekey: site.sitekey,
+    stats: () => structuredClone(site.stats),
     resetStats: () => {
-      stats = emptyStats();
+      site.stats = emptyStats();
     },
-    setFaults,
-    events: (since = 0) => events.since(since),
-    receivedTokens: () => [...tokens],
+    setFaults: (f) => site.setFaults(f),
+    events: (since = 0) => site.events.since(since),
+    receivedTokens: () => [...site.tokens],
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
