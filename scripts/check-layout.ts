@@ -41,7 +41,6 @@ export interface Pending {
 export const PENDING: Pending[] = [
   { file: 'functions/worker/record-flow.ts', name: 'processRecord', lines: 132 },
   { file: 'local/chaos/run.ts', name: 'runChaos', lines: 112 },
-  { file: 'cli/commands/bench.ts', name: 'registerBench', lines: 106 },
   { file: 'functions/captchaai/client.ts', lines: 508 },
 ];
 

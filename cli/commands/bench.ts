@@ -50,13 +50,19 @@ export function parseScale(raw: string): number {
   return n;
 }
 
-/** `threadgate bench` (`npm run bench`): the benchmark on the local stack, see bench/run.ts. */
-export function registerBench(program: Command): void {
-  program
-    .command('bench')
-    .description(
-      'Benchmark the local stack: plan-thread efficiency and utilization under the cap, per-record overhead, Lambda GB-s and AWS vs CaptchaAI cost per 1,000 solves, then an uncapped baseline. Writes bench/results/<name>.json and .svg; prints a table (progress on stderr).',
-    )
+const BENCH_EXAMPLES = `
+A default run (20 threads, 1,000 records, time scale 0.2) takes about 8 minutes on a
+2-core machine. Exit code 1 when the capped run breaks an invariant (in flight above the
+cap, a ZERO_BALANCE answer) or does not finish.
+
+Examples:
+  npm run bench
+  npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline
+  npx threadgate bench --records 400 --mix recaptcha_v2=1 --latency recaptcha_v2=lognormal:12,0.4 --no-baseline`;
+
+/** The plan and the run's size: threads, reserve, records, time scale, queue depth. */
+function withPlanOptions(command: Command): Command {
+  return command
     .option(
       '--threads <n>',
       'plan threads of the CaptchaAI stand-in',
@@ -80,7 +86,12 @@ export function registerBench(program: Command): void {
       '--max-queued <n>',
       'messages the feeder keeps visible in the queue (default 2 × cap)',
       parseAtLeastOne,
-    )
+    );
+}
+
+/** Where the results go, what is solved and how, and what is printed. */
+function withRunOptions(command: Command): Command {
+  return command
     .option('--out-dir <dir>', 'where the JSON and SVG go (default bench/results)')
     .option('--name <name>', 'file name without extension (default <UTC time>-t<threads>-n<records>)')
     .option(
@@ -105,20 +116,17 @@ export function registerBench(program: Command): void {
       'print only the limit and both poll schedules simulated on the draws of this run (nothing is started)',
     )
     .option('--no-baseline', 'skip the uncapped baseline')
-    .option('--json', 'print the JSON report instead of the table')
-    .addHelpText(
-      'after',
-      `
-A default run (20 threads, 1,000 records, time scale 0.2) takes about 8 minutes on a
-2-core machine. Exit code 1 when the capped run breaks an invariant (in flight above the
-cap, a ZERO_BALANCE answer) or does not finish.
+    .option('--json', 'print the JSON report instead of the table');
+}
 
-Examples:
-  npm run bench
-  npx threadgate bench --threads 5 --records 200 --time-scale 0.1 --no-baseline
-  npx threadgate bench --records 400 --mix recaptcha_v2=1 --latency recaptcha_v2=lognormal:12,0.4 --no-baseline`,
-    )
-    .action(benchAction);
+/** `threadgate bench` (`npm run bench`): the benchmark on the local stack, see bench/run.ts. */
+export function registerBench(program: Command): void {
+  const command = program
+    .command('bench')
+    .description(
+      'Benchmark the local stack: plan-thread efficiency and utilization under the cap, per-record overhead, Lambda GB-s and AWS vs CaptchaAI cost per 1,000 solves, then an uncapped baseline. Writes bench/results/<name>.json and .svg; prints a table (progress on stderr).',
+    );
+  withRunOptions(withPlanOptions(command)).addHelpText('after', BENCH_EXAMPLES).action(benchAction);
 }
 
 /** The bench command's action: the model alone, or the full run. */
