@@ -38,11 +38,7 @@ export interface Pending {
   lines: number;
 }
 
-export const PENDING: Pending[] = [
-  { file: 'functions/worker/record-flow.ts', name: 'processRecord', lines: 132 },
-  { file: 'local/chaos/run.ts', name: 'runChaos', lines: 112 },
-  { file: 'functions/captchaai/client.ts', lines: 508 },
-];
+export const PENDING: Pending[] = [];
 
 export interface FunctionLength {
   file: string;
