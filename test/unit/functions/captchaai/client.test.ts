@@ -1,5 +1,6 @@
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import seedrandom from 'seedrandom';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   CaptchaAiClient,
@@ -692,22 +693,28 @@ describe('CaptchaAiClient: rate limits (HTTP 429, ERROR_TOO_MUCH_REQUESTS)', () 
   );
 
   it('rate limits from the stand-in fault rates never create a second task for a solve', async () => {
-    // Prepare: a third of all in.php and res.php answers are rate limits of either kind
-    const s = await standin({ threads: 8, faults: { tooManyRequests: 0.2, http429: 0.15 } });
+    // Prepare: a third of all in.php and res.php answers are rate limits of either kind, over 24
+    // solves, drawn from a seeded sequence (8 solves made about 20 calls, and a run now and then
+    // drew no HTTP 429 at all)
+    const s = await standin({
+      threads: 24,
+      faults: { tooManyRequests: 0.2, http429: 0.15 },
+      random: seedrandom('rate-limits'),
+    });
     const { c, events } = client(s, { timings: { ...TIMINGS, submitRetries: 6 } });
 
     // Act
-    const results = await Promise.all(Array.from({ length: 8 }, () => c.solve(V2)));
+    const results = await Promise.all(Array.from({ length: 24 }, () => c.solve(V2)));
 
     // Assess
     const stats = s.stats();
-    expect(stats.solved).toBe(8);
+    expect(stats.solved).toBe(24);
     expect(kinds(events, 'rate_limited').length).toBeGreaterThan(0);
     expect(stats.errors.ERROR_TOO_MUCH_REQUESTS ?? 0).toBeGreaterThan(0);
     expect(stats.errors.HTTP_429 ?? 0).toBeGreaterThan(0);
     // Every extra in.php call was a rate-limited one: it made no task.
     expect(results.reduce((n, r) => n + r.submits, 0)).toBe(stats.submits);
-    expect(kinds(events, 'submitted')).toHaveLength(8);
+    expect(kinds(events, 'submitted')).toHaveLength(24);
   });
 
   it('a task rate-limited at every poll ends with PollTimeoutError when its res.php budget is spent, after one submit', async () => {
