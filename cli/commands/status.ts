@@ -4,6 +4,7 @@ import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { readCapSettings } from '../../functions/pipeline/cap.js';
 import { type CapSettings, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { REASON } from '../../functions/records/decisions.js';
 import { OUTCOME_STATUSES } from '../../functions/records/fields.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import {
@@ -32,7 +33,7 @@ export { OUTCOME_STATUSES };
  * The reason the worker writes (status `failed`) when the form may have taken a record although
  * its answer was lost: an operator reconciles these by hand (docs/outcomes.md).
  */
-export const OUTCOME_UNKNOWN = 'OUTCOME_UNKNOWN';
+export const OUTCOME_UNKNOWN = REASON.OUTCOME_UNKNOWN;
 
 /** The pipeline-state parameter and the mapping disagree, and what to run to make them agree. */
 export interface PipelineMismatch {
