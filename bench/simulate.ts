@@ -7,7 +7,9 @@ import {
   type ScheduleTimings,
   staticPollSchedule,
 } from '../functions/captchaai/poll-schedule.js';
+import type { SolveTimeInterval } from '../functions/captchaai/solve-time-summary.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
+import { SOLVE_TIME_EXCHANGE_DEFAULTS } from '../functions/pipeline/solve-time-exchange.js';
 import { type LatencyDistribution, sampleLatencyMs } from '../local/standins/captchaai/latency.js';
 
 /**
@@ -80,7 +82,11 @@ function run(
   tasks: readonly SimTask[],
   slots: number,
   threads: number,
-  read: (slot: number, task: SimTask) => { heldMs: number; calls: number; timedOut: boolean },
+  read: (
+    slot: number,
+    task: SimTask,
+    startMs: number,
+  ) => { heldMs: number; calls: number; timedOut: boolean },
 ): SimResult {
   if (!(slots >= 1 && threads >= 1)) throw new RangeError('slots and threads must be >= 1');
   const freeAt = new Array<number>(Math.min(slots, Math.max(1, tasks.length))).fill(0);
@@ -94,7 +100,7 @@ function run(
     let slot = 0;
     for (let s = 1; s < freeAt.length; s++) if ((freeAt[s] as number) < (freeAt[slot] as number)) slot = s;
     const start = freeAt[slot] as number;
-    const r = read(slot, task);
+    const r = read(slot, task, start);
     busy += task.solveMs;
     calls += r.calls;
     maxCalls = Math.max(maxCalls, r.calls);
@@ -119,19 +125,91 @@ export function simulateLimit(tasks: readonly SimTask[], slots: number, threads 
   return run(tasks, slots, threads, (_slot, task) => ({ heldMs: task.solveMs, calls: 0, timedOut: false }));
 }
 
-/** A client that reads answers on a poll schedule; `scheduleFor(slot)` is called once per slot. */
+/** How environments share solve times (functions/pipeline/solve-time-exchange.ts). */
+export interface SimSharing {
+  /** Shortest time between two exchanges of one slot. */
+  everyMs: number;
+  /** Items per type in the shared table (slots pick one at random, seeded). */
+  items: number;
+  /** Own answers written per exchange. */
+  share: number;
+  /** Others' answers kept. */
+  keep: number;
+  seed: number;
+}
+
+/** The worker's exchange settings (functions/worker.ts, functions/pipeline/solve-time-exchange.ts). */
+export const DEFAULT_SIM_SHARING: SimSharing = {
+  everyMs: SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs,
+  items: SOLVE_TIME_EXCHANGE_DEFAULTS.slots,
+  share: SOLVE_TIME_EXCHANGE_DEFAULTS.share,
+  keep: SOLVE_TIME_EXCHANGE_DEFAULTS.keep,
+  seed: 0,
+};
+
+type SharedItems = Map<string, { slot: number; intervals: SolveTimeInterval[] }>;
+
+/**
+ * One slot's exchange at `atMs`, as the worker makes it: write its last answers of each type to
+ * its item (overwriting whoever wrote there before), then take every other slot's latest items.
+ */
+function exchangeAt(
+  sharing: SimSharing,
+  items: SharedItems,
+  slot: number,
+  item: number,
+  schedule: LearnedPollSchedule,
+): void {
+  for (const type of schedule.types()) {
+    const own = schedule.recentObservations(type, sharing.share);
+    if (own.length > 0) items.set(`${type}#${item}`, { slot, intervals: own });
+  }
+  const peers = new Map<CaptchaType, SolveTimeInterval[][]>();
+  for (const [key, v] of items) {
+    if (v.slot === slot) continue;
+    const type = key.split('#')[0] as CaptchaType;
+    peers.set(type, [...(peers.get(type) ?? []), v.intervals]);
+  }
+  for (const [type, lists] of peers) {
+    const each = Math.ceil(sharing.keep / lists.length);
+    schedule.setPeerObservations(
+      type,
+      lists.flatMap((l) => l.slice(-each)),
+    );
+  }
+}
+
+/**
+ * A client that reads answers on a poll schedule; `scheduleFor(slot)` is called once per slot.
+ * With `sharing`, each slot's learned schedule exchanges solve times with the others' at most
+ * every `everyMs` (at the start of a task, as the worker does beside a record), and an answer
+ * counts in an exchange only once the slot that read it has exchanged since.
+ */
 export function simulateSchedule(
   tasks: readonly SimTask[],
   slots: number,
   scheduleFor: (slot: number) => PollSchedule,
   threads = slots,
+  sharing?: SimSharing,
 ): SimResult {
   const schedules = new Map<number, PollSchedule>();
-  return run(tasks, slots, threads, (slot, task) => {
+  const lastExchange = new Map<number, number>();
+  const itemOf = new Map<number, number>();
+  const items: SharedItems = new Map();
+  const random = seedrandom(`share-${sharing?.seed ?? 0}`);
+  return run(tasks, slots, threads, (slot, task, startMs) => {
     let schedule = schedules.get(slot);
     if (!schedule) {
       schedule = scheduleFor(slot);
       schedules.set(slot, schedule);
+      itemOf.set(slot, Math.floor(random() * (sharing?.items ?? 1)));
+    }
+    if (sharing && schedule instanceof LearnedPollSchedule) {
+      const last = lastExchange.get(slot) ?? Number.NEGATIVE_INFINITY;
+      if (startMs - last >= sharing.everyMs) {
+        lastExchange.set(slot, startMs);
+        exchangeAt(sharing, items, slot, itemOf.get(slot) ?? 0, schedule);
+      }
     }
     const r = readAt(schedule, task);
     // A task no poll read holds its slot to the deadline's call (the worker's cool-down aside).
@@ -162,6 +240,8 @@ export function modelFigures(i: {
   threads: number;
   timings: ScheduleTimings;
   settings: PollScheduleSettings;
+  /** The environments share solve times (the stack has the solve-times table). @default DEFAULT_SIM_SHARING */
+  sharing?: SimSharing | false;
 }): ModelFigures {
   const tasks = drawSolveTimes(i.types, i.latency, i.seed);
   return {
@@ -173,6 +253,7 @@ export function modelFigures(i: {
         i.slots,
         () => new LearnedPollSchedule(i.timings, i.settings),
         i.threads,
+        i.sharing === false ? undefined : (i.sharing ?? { ...DEFAULT_SIM_SHARING, seed: i.seed }),
       ),
     },
   };

@@ -147,6 +147,8 @@ export interface LearnedScheduleLine {
   at: number;
   captchaType: string;
   observations: number;
+  /** Of them, answers other environments shared. */
+  sharedObservations: number;
   pollsMs: number[];
   expectedCalls: number;
   expectedWaitMs: number;
@@ -170,6 +172,7 @@ export function parseLearnedSchedules(text: string): LearnedScheduleLine[] {
       at: Date.parse(m[1] as string),
       captchaType: String(json.captchaType),
       observations: num(json.observations) ?? 0,
+      sharedObservations: num(json.sharedObservations) ?? 0,
       pollsMs: json.pollsMs.filter((v): v is number => typeof v === 'number'),
       expectedCalls: num(json.expectedCalls) ?? Number.NaN,
       expectedWaitMs: num(json.expectedWaitMs) ?? Number.NaN,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
@@ -6,12 +7,13 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { createPollSchedule, type LearnedSchedule } from './captchaai/poll-schedule.js';
+import { createPollSchedule, LearnedPollSchedule, type LearnedSchedule } from './captchaai/poll-schedule.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import { resolveTimings } from './captchaai/timings.js';
 import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { ApiKeySource } from './pipeline/secret.js';
+import { SOLVE_TIME_EXCHANGE_DEFAULTS, SolveTimeExchange } from './pipeline/solve-time-exchange.js';
 import { OutcomesStore } from './records/store.js';
 import { systemResolver } from './target/allowlist.js';
 import { createTargetAgent } from './target/session.js';
@@ -58,14 +60,35 @@ export function createWorkerDeps(
     overrides.logger ??
     new Logger({ serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-worker' });
   const keys = new ApiKeySource({ client: secrets, secretName: config.captchaAiSecretName, now });
+  // One schedule per execution environment: it learns from every solve this environment makes
+  // and, through the solve-times table, from the other environments' recent ones.
+  const pollSchedule = createPollSchedule(resolveTimings(config.captchaTimings), config.pollSchedule, (s) =>
+    publishLearnedSchedule(s, logger, metrics),
+  );
+  const exchange =
+    config.solveTimesTable && pollSchedule instanceof LearnedPollSchedule
+      ? new SolveTimeExchange({
+          client: ddb,
+          tableName: config.solveTimesTable,
+          environment: randomUUID(),
+          schedule: pollSchedule,
+          everyMs: SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs * config.timeScale,
+          now,
+        })
+      : undefined;
+  const exchangeSolveTimes = exchange
+    ? () =>
+        exchange.maybeExchange().catch((err: unknown) => {
+          logger.warn('solve times not exchanged; this environment learns from its own until the next try', {
+            error: err instanceof Error ? err.name : String(err),
+          });
+        })
+    : undefined;
   const captchaai = new RotatingCaptchaAiClient(keys, {
     baseUrl: config.captchaAiUrl,
     timeScale: config.timeScale,
     timings: config.captchaTimings,
-    // One schedule per execution environment: it learns from every solve this environment makes.
-    pollSchedule: createPollSchedule(resolveTimings(config.captchaTimings), config.pollSchedule, (s) =>
-      publishLearnedSchedule(s, logger, metrics),
-    ),
+    pollSchedule,
     now,
     onEvent: (e) => {
       if (e.kind !== 'rate_limited') return;
@@ -100,8 +123,13 @@ export function createWorkerDeps(
     pipeline,
     warmUp: async () => {
       // The state first: the first state the client sees drops any key read before it.
-      await Promise.allSettled([pipeline.readState().then(() => keys.get()), store.get(WARM_UP_RECORD_KEY)]);
+      await Promise.allSettled([
+        pipeline.readState().then(() => keys.get()),
+        store.get(WARM_UP_RECORD_KEY),
+        exchangeSolveTimes?.(),
+      ]);
     },
+    exchangeSolveTimes,
     solver: async () => captchaai,
     resolver,
     dispatcher: createTargetAgent(config.allowlist, resolver, config.targetTimeoutMs),
@@ -118,6 +146,7 @@ function publishLearnedSchedule(s: LearnedSchedule, logger: Logger, metrics: Met
   logger.info('poll schedule learned', {
     captchaType: s.captchaType,
     observations: s.observations,
+    sharedObservations: s.sharedObservations,
     pollsMs: s.pollsMs.map(Math.round),
     expectedCalls: Math.round(s.expectedCalls * 100) / 100,
     expectedWaitMs: Math.round(s.expectedWaitMs),
@@ -141,6 +170,9 @@ function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', done, { once: true });
   });
 }
+
+/** After its batch, the invocation waits at most this long for an exchange still under way. */
+const EXCHANGE_WAIT_MS = 2_000;
 
 /** A record key no job uses: the warm-up reads it to open the table's connection. */
 const WARM_UP_RECORD_KEY = 'threadgate-warm-up (not a record)';
@@ -195,9 +227,14 @@ export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBa
           Math.max(0, remaining - DEADLINE_MARGIN_MS),
         )
       : undefined;
+  // Beside the batch: the exchange's two calls take place while the first record is solved.
+  const exchange = deps.exchangeSolveTimes?.();
   try {
     return await processBatch(event, deps, { signal: controller.signal });
   } finally {
     if (timer) clearTimeout(timer);
+    if (exchange) {
+      await Promise.race([exchange, new Promise((resolve) => setTimeout(resolve, EXCHANGE_WAIT_MS).unref())]);
+    }
   }
 };

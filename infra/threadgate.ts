@@ -14,6 +14,7 @@ import { acknowledgeNagFindings } from './constructs/nag-acknowledgements.js';
 import { OutcomeStream } from './constructs/outcome-stream.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
 import { PipelineState } from './constructs/pipeline-state.js';
+import { SolveTimesTable } from './constructs/solve-times-table.js';
 import { Worker } from './constructs/worker.js';
 import type { OptionalStackOutputKey, StackOutputKey } from './outputs.js';
 
@@ -127,6 +128,8 @@ export class Threadgate extends Construct {
     readonly adjuster: CapAdjuster;
     readonly monitoring: Monitoring;
     readonly outcomeStream: OutcomeStream | undefined;
+    /** The shared solve times of the learned poll schedule (none with `pollSchedule: 'static'`). */
+    readonly solveTimes: SolveTimesTable | undefined;
   };
 
   constructor(scope: Construct, id: string, props: ThreadgateProps = {}) {
@@ -151,12 +154,16 @@ export class Threadgate extends Construct {
       maxReceiveCount: config.maxReceiveCount,
     });
     const pipelineState = new PipelineState(this, 'PipelineState', { stackName: config.stackName });
+    // The learned poll schedule's environments share their solve times; a static one needs none.
+    const solveTimes =
+      config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
     const worker = new Worker(this, 'Worker', {
       config,
       queue: queues.queue,
       dlq: queues.dlq,
       table: outcomes.table,
       pipelineState,
+      solveTimes,
     });
     const adjuster = new CapAdjuster(this, 'CapAdjuster', {
       config,
@@ -174,7 +181,7 @@ export class Threadgate extends Construct {
       alarmTopicArn: config.alarmTopicArn,
       outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
-    this.parts = { queues, outcomes, pipelineState, worker, adjuster, monitoring, outcomeStream };
+    this.parts = { queues, outcomes, pipelineState, worker, adjuster, monitoring, outcomeStream, solveTimes };
     this.jobsQueue = queues.queue;
     this.deadLetterQueue = queues.dlq;
     this.outcomesTable = outcomes.table;

@@ -1,7 +1,7 @@
 import { type Env, optionalNumber } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
 import { optimizeSchedule } from './schedule-optimizer.js';
-import { SolveTimeSummary, smoothDistribution } from './solve-time-summary.js';
+import { type SolveTimeInterval, SolveTimeSummary, smoothDistribution } from './solve-time-summary.js';
 import { pollWaitMs, type SolveTimings } from './timings.js';
 import type { CaptchaType } from './types.js';
 
@@ -14,7 +14,9 @@ import type { CaptchaType } from './types.js';
  *   (./solve-time-summary.ts: the last few hundred as censored intervals) and places the polls
  *   where answers are likely (./schedule-optimizer.ts), within a mean budget of res.php calls per
  *   solve, a per-task ceiling (`maxPollsPerTask`) and the same deadline. Until it has seen
- *   `minObservations` answers of a type it polls on the static schedule. Every `probeEvery`-th
+ *   `minObservations` answers of a type it polls on the static schedule. Other environments'
+ *   recent answers (`setPeerObservations`, fed by ../pipeline/solve-time-exchange.ts) count
+ *   beside its own: one environment sees only its share of the records, a few dozen in a run. Every `probeEvery`-th
  *   task polls once at half the learned first poll, so a schedule never stays blind to answers
  *   that became faster than its first poll.
  * All times here are unscaled milliseconds (the client applies its time scale around them).
@@ -48,18 +50,19 @@ export interface PollScheduleSettings {
 /**
  * 12 calls per solve on average: 2captcha-compatible services block a key whose requests pass
  * about 20 × tasks + 1,200 (docs/benchmark.md), so 12 leaves room for retries and the in.php call.
- * A task may take up to 30 where answers are likely to come late; 3 answers are enough to start
- * from, as each environment sees only its own share of the records.
+ * A task may take up to 40 (a plan with a fast and a slow mode needs polls in both; the mean
+ * budget still holds) and two polls of one task may be 0.5 s apart where answers are dense;
+ * 3 answers are enough to start from.
  */
 export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {
   mode: 'learned',
   meanBudget: 12,
-  maxPollsPerTask: 30,
+  maxPollsPerTask: 40,
   minObservations: 3,
   probeEvery: 10,
   recomputeEvery: 2,
   capacity: 256,
-  minGapMs: 1_000,
+  minGapMs: 500,
   stepMs: 500,
 };
 
@@ -88,7 +91,7 @@ export function readPollScheduleFromEnv(env: Env): PollScheduleSettings {
       DEFAULT_POLL_SCHEDULE.maxPollsPerTask,
       {
         min: 2,
-        max: 40,
+        max: 60,
         integer: true,
       },
     ),
@@ -120,7 +123,10 @@ export type ScheduleTimings = Pick<
 /** What a type's learned schedule is, for logs and metrics. */
 export interface LearnedSchedule {
   captchaType: CaptchaType;
+  /** Answers the schedule rests on (at most the summary's capacity). */
   observations: number;
+  /** Of them, answers other environments shared. */
+  sharedObservations: number;
   /** Poll times since the submit (the last is the deadline). */
   pollsMs: number[];
   firstPollMs: number;
@@ -176,6 +182,9 @@ export function fixedPlan(
 
 interface TypeState {
   summary: SolveTimeSummary;
+  /** Other environments' recent answers, as last shared. */
+  peers: SolveTimeInterval[];
+  peersChanged: boolean;
   schedule: LearnedSchedule | undefined;
   computedAt: number;
   tasks: number;
@@ -215,6 +224,8 @@ export class LearnedPollSchedule implements PollSchedule {
     if (!s) {
       s = {
         summary: new SolveTimeSummary(this.#settings.capacity),
+        peers: [],
+        peersChanged: false,
         schedule: undefined,
         computedAt: 0,
         tasks: 0,
@@ -229,14 +240,40 @@ export class LearnedPollSchedule implements PollSchedule {
     this.#state(type).summary.add({ lowMs: Math.min(lowMs, highMs), highMs });
   }
 
-  /** The type's current learned schedule (recomputed when enough answers came in since the last). */
+  /** The types this environment has planned or observed. */
+  types(): CaptchaType[] {
+    return [...this.#types.keys()];
+  }
+
+  /** This environment's last `max` answers of a type, oldest first (what it shares). */
+  recentObservations(type: CaptchaType, max: number): SolveTimeInterval[] {
+    return this.#types.get(type)?.summary.recent(max) ?? [];
+  }
+
+  /** Other environments' recent answers of a type, replacing the ones they shared before. */
+  setPeerObservations(type: CaptchaType, intervals: readonly SolveTimeInterval[]): void {
+    const s = this.#state(type);
+    s.peers = intervals
+      .filter((o) => Number.isFinite(o.lowMs) && Number.isFinite(o.highMs) && o.highMs >= 0)
+      .slice(-this.#settings.capacity);
+    s.peersChanged = true;
+  }
+
+  /**
+   * The type's current learned schedule (recomputed when enough answers came in since the last,
+   * or other environments shared theirs).
+   */
   scheduleOf(type: CaptchaType): LearnedSchedule | undefined {
     const s = this.#state(type);
     const seen = s.summary.total;
-    if (seen < this.#settings.minObservations) return undefined;
-    if (s.schedule && seen - s.computedAt < this.#settings.recomputeEvery) return s.schedule;
-    s.schedule = this.#compute(type, s.summary);
+    if (s.summary.size + s.peers.length < this.#settings.minObservations) return undefined;
+    if (s.schedule && !s.peersChanged && seen - s.computedAt < this.#settings.recomputeEvery) {
+      return s.schedule;
+    }
+    const merged = this.#merged(s);
+    s.schedule = this.#compute(type, merged, merged.size - Math.min(s.summary.size, merged.size));
     s.computedAt = seen;
+    s.peersChanged = false;
     try {
       this.#onLearned?.(s.schedule);
     } catch {
@@ -265,7 +302,16 @@ export class LearnedPollSchedule implements PollSchedule {
     });
   }
 
-  #compute(type: CaptchaType, summary: SolveTimeSummary): LearnedSchedule {
+  /** Own answers and the peers' in one summary; the own ones are kept when both overflow it. */
+  #merged(s: TypeState): SolveTimeSummary {
+    if (s.peers.length === 0) return s.summary;
+    const merged = new SolveTimeSummary(this.#settings.capacity);
+    for (const o of s.peers) merged.add(o);
+    for (const o of s.summary.recent()) merged.add(o);
+    return merged;
+  }
+
+  #compute(type: CaptchaType, summary: SolveTimeSummary, shared: number): LearnedSchedule {
     const { stepMs } = this.#settings;
     const bins = Math.max(1, Math.round(this.#timings.deadlineMs / stepMs));
     const step = this.#timings.deadlineMs / bins;
@@ -286,7 +332,8 @@ export class LearnedPollSchedule implements PollSchedule {
     });
     return {
       captchaType: type,
-      observations: summary.total,
+      observations: summary.size,
+      sharedObservations: shared,
       pollsMs: r.pollsMs,
       firstPollMs: r.pollsMs[0] ?? this.#timings.deadlineMs,
       expectedCalls: r.expectedCalls,

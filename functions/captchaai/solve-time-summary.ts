@@ -59,6 +59,17 @@ export class SolveTimeSummary {
     return this.#total;
   }
 
+  /** The last `max` observations kept, oldest first (what an environment shares with others). */
+  recent(max = this.#size): SolveTimeInterval[] {
+    const n = Math.min(this.#size, Math.max(0, Math.floor(max)));
+    const out: SolveTimeInterval[] = [];
+    for (let k = n; k >= 1; k--) {
+      const i = (this.#next - k + this.#capacity) % this.#capacity;
+      out.push({ lowMs: this.#low[i] ?? 0, highMs: this.#high[i] ?? 0 });
+    }
+    return out;
+  }
+
   intervals(): SolveTimeInterval[] {
     const out: SolveTimeInterval[] = [];
     for (let i = 0; i < this.#size; i++) out.push({ lowMs: this.#low[i] ?? 0, highMs: this.#high[i] ?? 0 });

@@ -36,6 +36,8 @@ export interface WorkerConfig {
   retryDelaySeconds: number;
   /** The worker's own function name (the pipeline pause finds its mapping by it). */
   functionName: string;
+  /** Table through which environments share solve times (SOLVE_TIMES_TABLE; unset: each learns alone). */
+  solveTimesTable?: string;
 }
 
 /**
@@ -82,5 +84,6 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
       { min: 0, max: 43_200, integer: true },
     ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
+    solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
   };
 }

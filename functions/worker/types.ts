@@ -36,6 +36,11 @@ export interface WorkerDeps {
   newOwner?: () => string;
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
   warmUp?: () => Promise<void>;
+  /**
+   * Shares this environment's solve times with the others' when it is due (run beside a batch,
+   * awaited after it; ../pipeline/solve-time-exchange.ts). Failures are logged, never fatal.
+   */
+  exchangeSolveTimes?: () => Promise<unknown>;
 }
 
 export type RecordResult =

@@ -12,6 +12,7 @@ import { readWorkerConfig } from '../../functions/worker/config.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
+import type { SolveTimesTable } from './solve-times-table.js';
 
 /** Powertools metrics namespace shared by the worker and the cap adjuster. */
 export const METRICS_NAMESPACE = DEFAULTS.metricsNamespace;
@@ -22,6 +23,8 @@ export interface WorkerProps {
   readonly dlq: sqs.IQueue;
   readonly table: dynamodb.ITable;
   readonly pipelineState: PipelineState;
+  /** Where environments share solve times (the learned poll schedule); none: each learns alone. */
+  readonly solveTimes?: SolveTimesTable;
 }
 
 /**
@@ -62,6 +65,7 @@ export class Worker extends Construct {
       CAPTCHAAI_POLL_BUDGET: String(config.pollBudget),
       CAPTCHAAI_POLL_SCHEDULE: config.pollSchedule,
       CAPTCHAAI_POLL_MEAN_BUDGET: String(config.pollMeanBudget),
+      ...(props.solveTimes ? { SOLVE_TIMES_TABLE: props.solveTimes.table.tableName } : {}),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
@@ -105,6 +109,7 @@ export class Worker extends Construct {
       resourceArns: [props.table.tableArn],
     });
     props.pipelineState.grantReadWrite(this.role);
+    props.solveTimes?.grantExchange(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
     this.mappingPolicy = props.pipelineState.grantMappingControl(
       this,

@@ -1,9 +1,14 @@
 import seedrandom from 'seedrandom';
 import { describe, expect, it } from 'vitest';
-import { drawSolveTimes, simulateLimit, simulateSchedule } from '../../../bench/simulate.js';
-import { staticPollSchedule } from '../../../functions/captchaai/poll-schedule.js';
+import {
+  DEFAULT_SIM_SHARING,
+  drawSolveTimes,
+  simulateLimit,
+  simulateSchedule,
+} from '../../../bench/simulate.js';
+import { LearnedPollSchedule, staticPollSchedule } from '../../../functions/captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
-import { DEFAULT_LATENCY, sampleLatencyMs } from '../../../local/standins/captchaai/latency.js';
+import { DEFAULT_LATENCY, parseLatency, sampleLatencyMs } from '../../../local/standins/captchaai/latency.js';
 
 const v2 = (solveMs: number) => ({ type: 'recaptcha_v2' as const, solveMs });
 
@@ -51,5 +56,36 @@ describe('bench simulation on the stand-in draws', () => {
       return staticPollSchedule(DEFAULT_TIMINGS);
     });
     expect(made.sort()).toEqual([0, 1]);
+  });
+
+  it('shares answers between slots only once the slot that read them has exchanged', () => {
+    // Slot 0 reads a 4 s answer at 15 s and exchanges when its next task starts there; slot 1
+    // reads its 20 s answer at 21 s and hears slot 0's answer when its next task starts.
+    const schedules: LearnedPollSchedule[] = [];
+    const tasks = [v2(4_000), v2(20_000), v2(30_000), v2(4_000)];
+    simulateSchedule(
+      tasks,
+      2,
+      () => {
+        const s = new LearnedPollSchedule(DEFAULT_TIMINGS, { minObservations: 1 });
+        schedules.push(s);
+        return s;
+      },
+      2,
+      { ...DEFAULT_SIM_SHARING, everyMs: 0, items: 1_000 },
+    );
+    expect(schedules[1]!.scheduleOf('recaptcha_v2')?.sharedObservations).toBe(1);
+    // Slot 0 exchanged before slot 1 had written anything: it heard nothing.
+    expect(schedules[0]!.scheduleOf('recaptcha_v2')?.sharedObservations).toBe(0);
+  });
+
+  it('sharing lets a plan faster than the static first poll be learned sooner', () => {
+    const latency = { ...DEFAULT_LATENCY, recaptcha_v2: parseLatency('lognormal:12,0.4') };
+    const tasks = drawSolveTimes(Array<'recaptcha_v2'>(400).fill('recaptcha_v2'), latency, 1);
+    const learned = () => new LearnedPollSchedule(DEFAULT_TIMINGS);
+    const alone = simulateSchedule(tasks, 20, learned, 20);
+    const shared = simulateSchedule(tasks, 20, learned, 20, { ...DEFAULT_SIM_SHARING, seed: 1 });
+    expect(shared.efficiency).toBeGreaterThan(alone.efficiency + 0.01);
+    expect(shared.resPhpPerSolve).toBeLessThanOrEqual(12);
   });
 });

@@ -123,6 +123,7 @@ describe('learned schedule lines', () => {
         at: Date.parse('2026-12-01T22:00:00.000Z'),
         captchaType: 'turnstile',
         observations: 3,
+        sharedObservations: 0,
         pollsMs: [5000, 7000, 120000],
         expectedCalls: 2.5,
         expectedWaitMs: 800,

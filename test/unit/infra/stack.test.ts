@@ -11,7 +11,7 @@ import { ConfigError } from '../../../functions/common/errors.js';
 import { resolveConfig, type ThreadgateSettings, worstCaseAttemptMs } from '../../../infra/config.js';
 import { ThreadgateStack } from '../../../infra/threadgate-stack.js';
 
-type Resource = { Type: string; Properties: Record<string, unknown> };
+type Resource = { Type: string; Properties: Record<string, unknown>; DeletionPolicy?: string };
 type Statement = { Action: string | string[]; Resource: unknown; Effect: string; Condition?: unknown };
 
 const HOSTS = 'forms.example.com,*.staging.example.com';
@@ -311,6 +311,7 @@ describe('ThreadgateStack with default settings', () => {
         'CAPTCHAAI_POLL_BUDGET',
         'CAPTCHAAI_POLL_SCHEDULE',
         'CAPTCHAAI_POLL_MEAN_BUDGET',
+        'SOLVE_TIMES_TABLE',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'NODE_OPTIONS',
@@ -409,10 +410,27 @@ describe('ThreadgateStack with default settings', () => {
     },
   );
 
-  it('gives the worker only get/update on its outcomes table, send on its DLQ and consume on its queue', () => {
+  it('gives the worker only get/update on its outcomes table, put/query on the solve times, send on its DLQ and consume on its queue', () => {
     const statements = statementsOf(template, 'Threadgate-worker');
     const dynamo = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
-    expect(dynamo.flatMap(actionsOf).sort()).toEqual(['dynamodb:GetItem', 'dynamodb:UpdateItem']);
+    const [outcomesId] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
+    });
+    const [solveTimesId, solveTimes] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
+    });
+    expect(solveTimes.DeletionPolicy).toBe('Delete');
+    expect(
+      dynamo
+        .map((s) => ({ actions: actionsOf(s).sort(), resource: s.Resource }))
+        .sort((a, b) => a.actions[0]!.localeCompare(b.actions[0]!)),
+    ).toEqual([
+      {
+        actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
+        resource: { 'Fn::GetAtt': [outcomesId, 'Arn'] },
+      },
+      { actions: ['dynamodb:PutItem', 'dynamodb:Query'], resource: { 'Fn::GetAtt': [solveTimesId, 'Arn'] } },
+    ]);
     const [queueId, queue] = onlyResource(template, 'AWS::SQS::Queue', { RedrivePolicy: Match.anyValue() });
     const dlqArn = (queue.Properties.RedrivePolicy as { deadLetterTargetArn: unknown }).deadLetterTargetArn;
     expect(statementsWith(statements, 'sqs:SendMessage').map((s) => s.Resource)).toEqual([dlqArn]);

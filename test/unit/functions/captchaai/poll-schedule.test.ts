@@ -45,6 +45,14 @@ function solveOn(schedule: LearnedPollSchedule, readyMs: number): number {
 }
 
 describe('solve-time summary (interval-censored)', () => {
+  it('gives its most recent observations oldest first, also after the ring wrapped', () => {
+    const s = new SolveTimeSummary(3);
+    for (let i = 1; i <= 5; i++) s.add({ lowMs: 0, highMs: i * 1_000 });
+    expect(s.recent().map((o) => o.highMs)).toEqual([3_000, 4_000, 5_000]);
+    expect(s.recent(2).map((o) => o.highMs)).toEqual([4_000, 5_000]);
+    expect(s.recent(0)).toEqual([]);
+  });
+
   it('puts all mass inside the observed intervals and sums to 1', () => {
     // Prepare
     const s = new SolveTimeSummary(10);
@@ -151,6 +159,27 @@ describe('schedule optimizer', () => {
 });
 
 describe('poll schedules', () => {
+  it("counts other environments' answers beside its own, its own kept when both overflow", () => {
+    const learned = new LearnedPollSchedule(DEFAULT_TIMINGS, { capacity: 8, minObservations: 3 });
+    learned.setPeerObservations('turnstile', [
+      { lowMs: 0, highMs: 4_000 },
+      { lowMs: 4_000, highMs: 5_000 },
+    ]);
+    expect(learned.scheduleOf('turnstile')).toBeUndefined();
+    learned.observe('turnstile', 3_000, 4_500);
+    expect(learned.scheduleOf('turnstile')).toMatchObject({ observations: 3, sharedObservations: 2 });
+    learned.setPeerObservations(
+      'turnstile',
+      Array.from({ length: 20 }, () => ({ lowMs: 40_000, highMs: 41_000 })),
+    );
+    // 8 kept: the own answer and the 7 latest shared ones.
+    expect(learned.scheduleOf('turnstile')).toMatchObject({ observations: 8, sharedObservations: 7 });
+    learned.setPeerObservations('turnstile', [{ lowMs: 0, highMs: Number.NaN }]);
+    // Malformed shared answers are dropped: one own answer is below the minimum again.
+    expect(learned.scheduleOf('turnstile')).toBeUndefined();
+    expect(learned.recentObservations('turnstile', 5)).toEqual([{ lowMs: 3_000, highMs: 4_500 }]);
+  });
+
   it('the static schedule is pollWaitMs of the timings, doubled intervals while slow', () => {
     const plan = staticPollSchedule(DEFAULT_TIMINGS).planFor('recaptcha_v2');
     const t = { ...DEFAULT_TIMINGS, firstPollMs: 15_000, intervalMs: 3_000 };

@@ -1,0 +1,133 @@
+import { CreateTableCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LearnedPollSchedule } from '../../../functions/captchaai/poll-schedule.js';
+import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
+import {
+  decodeIntervals,
+  encodeIntervals,
+  SOLVE_TIMES_PARTITION,
+  SolveTimeExchange,
+} from '../../../functions/pipeline/solve-time-exchange.js';
+import type { MotoServer } from '../../../local/emulator/moto.js';
+import { type AwsClients, clientsFor, startMoto } from '../../fixtures/aws.js';
+
+let moto: MotoServer;
+let clients: AwsClients;
+const tableName = 'solve-times-test';
+let clock = 1_000_000;
+const now = () => clock;
+
+beforeAll(async () => {
+  moto = await startMoto();
+  clients = clientsFor(moto);
+  await clients.ddb.send(
+    new CreateTableCommand({
+      TableName: tableName,
+      BillingMode: 'PAY_PER_REQUEST',
+      AttributeDefinitions: [
+        { AttributeName: 'pk', AttributeType: 'S' },
+        { AttributeName: 'sk', AttributeType: 'S' },
+      ],
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' },
+        { AttributeName: 'sk', KeyType: 'RANGE' },
+      ],
+    }),
+  );
+});
+afterAll(async () => {
+  await moto?.stop();
+});
+
+function environment(name: string, table = tableName) {
+  const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
+  const exchange = new SolveTimeExchange({
+    client: clients.ddb,
+    tableName: table,
+    environment: name,
+    schedule,
+    everyMs: 15_000,
+    now,
+  });
+  return { schedule, exchange };
+}
+
+describe('solve times shared through DynamoDB', () => {
+  it('gives an environment that has seen nothing the answers another one read', async () => {
+    const a = environment('env-a');
+    for (let i = 0; i < 10; i++) a.schedule.observe('recaptcha_v2', 6_000 + 100 * i, 6_500 + 100 * i);
+    await expect(a.exchange.maybeExchange()).resolves.toEqual({ written: 1, read: 0 });
+
+    const b = environment('env-b');
+    expect(b.schedule.scheduleOf('recaptcha_v2')).toBeUndefined();
+    await expect(b.exchange.maybeExchange()).resolves.toEqual({ written: 0, read: 10 });
+    const learned = b.schedule.scheduleOf('recaptcha_v2');
+    expect(learned).toMatchObject({ observations: 10, sharedObservations: 10 });
+    // A's answers came at 6–7.5 s: B's first poll is no longer the static 15 s.
+    expect(learned!.firstPollMs).toBeLessThan(8_000);
+  });
+
+  it('does not read its own item back, and exchanges at most once per interval', async () => {
+    const a = environment('env-c');
+    a.schedule.observe('turnstile', 0, 4_000);
+    const first = await a.exchange.maybeExchange();
+    // The other answers in the table are env-a's ten (recaptcha_v2); env-c's own one is skipped.
+    expect(first).toEqual({ written: 1, read: 10 });
+    await expect(a.exchange.maybeExchange()).resolves.toBeUndefined();
+    clock += 15_000;
+    await expect(a.exchange.maybeExchange()).resolves.toEqual({ written: 1, read: 10 });
+  });
+
+  it('ignores items older than the maximum age and intervals that do not parse', async () => {
+    await clients.ddb.send(
+      new PutItemCommand({
+        TableName: tableName,
+        Item: {
+          pk: { S: SOLVE_TIMES_PARTITION },
+          sk: { S: 'image#31' },
+          environment: { S: 'env-old' },
+          intervals: { S: '0-3000,0-3100' },
+          updated_at: { N: String(clock - 700_000) },
+        },
+      }),
+    );
+    await clients.ddb.send(
+      new PutItemCommand({
+        TableName: tableName,
+        Item: {
+          pk: { S: SOLVE_TIMES_PARTITION },
+          sk: { S: 'recaptcha_v3#30' },
+          environment: { S: 'env-bad' },
+          intervals: { S: '1000-2000,garbage,-5-3,9000-100,3000-3500' },
+          updated_at: { N: String(clock) },
+        },
+      }),
+    );
+    const d = environment('env-d');
+    const r = await d.exchange.maybeExchange();
+    // env-a's 10, env-c's 1 and env-bad's 2 well-formed pairs; env-old is past the maximum age.
+    expect(r).toEqual({ written: 0, read: 13 });
+    expect(d.schedule.scheduleOf('image')).toBeUndefined();
+  });
+
+  it('rejects when the table cannot be reached, and tries again at the next interval', async () => {
+    const e = environment('env-e', 'no-such-table');
+    e.schedule.observe('recaptcha_v2', 0, 15_000);
+    await expect(e.exchange.maybeExchange()).rejects.toThrow();
+    await expect(e.exchange.maybeExchange()).resolves.toBeUndefined();
+  });
+});
+
+describe('interval encoding', () => {
+  it('round-trips whole milliseconds and drops malformed pairs', () => {
+    const text = encodeIntervals([
+      { lowMs: 0, highMs: 15_000.4 },
+      { lowMs: 15_000, highMs: 18_000 },
+    ]);
+    expect(text).toBe('0-15000,15000-18000');
+    expect(decodeIntervals(`${text},x-1,7-3,,12`)).toEqual([
+      { lowMs: 0, highMs: 15_000 },
+      { lowMs: 15_000, highMs: 18_000 },
+    ]);
+  });
+});
