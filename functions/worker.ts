@@ -7,7 +7,12 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { createPollSchedule, LearnedPollSchedule, type LearnedSchedule } from './captchaai/poll-schedule.js';
+import {
+  createPollSchedule,
+  LearnedPollSchedule,
+  type LearnedSchedule,
+  type PollSchedule,
+} from './captchaai/poll-schedule.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import { resolveTimings } from './captchaai/timings.js';
 import { DEFAULTS } from './common/settings.js';
@@ -15,7 +20,7 @@ import { PipelineControl } from './pipeline/control.js';
 import { ApiKeySource } from './pipeline/secret.js';
 import { SOLVE_TIME_EXCHANGE_DEFAULTS, SolveTimeExchange } from './pipeline/solve-time-exchange.js';
 import { OutcomesStore } from './records/store.js';
-import { systemResolver } from './target/allowlist.js';
+import { dnsServerResolver, systemResolver } from './target/allowlist.js';
 import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
@@ -49,7 +54,9 @@ export function createWorkerDeps(
   const ddb = clients.ddb ?? new DynamoDBClient({});
   const sqs = clients.sqs ?? new SQSClient({});
   const secrets = clients.secrets ?? new SecretsManagerClient({});
-  const resolver = overrides.resolver ?? systemResolver;
+  const resolver =
+    overrides.resolver ??
+    (config.dnsServers.length > 0 ? dnsServerResolver(config.dnsServers) : systemResolver);
   const metrics =
     overrides.metrics ??
     new Metrics({
@@ -65,25 +72,7 @@ export function createWorkerDeps(
   const pollSchedule = createPollSchedule(resolveTimings(config.captchaTimings), config.pollSchedule, (s) =>
     publishLearnedSchedule(s, logger, metrics),
   );
-  const exchange =
-    config.solveTimesTable && pollSchedule instanceof LearnedPollSchedule
-      ? new SolveTimeExchange({
-          client: ddb,
-          tableName: config.solveTimesTable,
-          environment: randomUUID(),
-          schedule: pollSchedule,
-          everyMs: SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs * config.timeScale,
-          now,
-        })
-      : undefined;
-  const exchangeSolveTimes = exchange
-    ? () =>
-        exchange.maybeExchange().catch((err: unknown) => {
-          logger.warn('solve times not exchanged; this environment learns from its own until the next try', {
-            error: err instanceof Error ? err.name : String(err),
-          });
-        })
-    : undefined;
+  const exchangeSolveTimes = solveTimeExchange(config, ddb, pollSchedule, logger, now);
   const captchaai = new RotatingCaptchaAiClient(keys, {
     baseUrl: config.captchaAiUrl,
     timeScale: config.timeScale,
@@ -139,6 +128,34 @@ export function createWorkerDeps(
     metrics,
     ...overrides,
   };
+}
+
+/**
+ * The environment's solve-time exchange (a learned schedule with the stack's solve-times table),
+ * as a function that exchanges when due and logs a failure instead of throwing.
+ */
+function solveTimeExchange(
+  config: WorkerConfig,
+  ddb: DynamoDBClient,
+  pollSchedule: PollSchedule,
+  logger: Logger,
+  now: () => number,
+): (() => Promise<unknown>) | undefined {
+  if (!config.solveTimesTable || !(pollSchedule instanceof LearnedPollSchedule)) return undefined;
+  const exchange = new SolveTimeExchange({
+    client: ddb,
+    tableName: config.solveTimesTable,
+    environment: randomUUID(),
+    schedule: pollSchedule,
+    everyMs: SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs * config.timeScale,
+    now,
+  });
+  return () =>
+    exchange.maybeExchange().catch((err: unknown) => {
+      logger.warn('solve times not exchanged; this environment learns from its own until the next try', {
+        error: err instanceof Error ? err.name : String(err),
+      });
+    });
 }
 
 /** A recomputed poll schedule: one log line and three metrics per CAPTCHA type (unscaled ms). */

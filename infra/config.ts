@@ -1,9 +1,18 @@
 import type { PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
-import { DEFAULT_TIMINGS, parsePerType } from '../functions/captchaai/timings.js';
-import { CAPTCHA_TYPES, type CaptchaType } from '../functions/captchaai/types.js';
+import type { CaptchaType } from '../functions/captchaai/types.js';
 import { ConfigError } from '../functions/common/errors.js';
 import { DEFAULTS } from '../functions/common/settings.js';
-import { parseAllowlist } from '../functions/target/allowlist.js';
+import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
+import { worstCaseRecordMs } from '../functions/worker/worst-case.js';
+import {
+  readBoolean,
+  readInteger,
+  readList,
+  readNumber,
+  readOptionalString,
+  readPerType,
+  readString,
+} from './config-readers.js';
 
 /**
  * threadgate's deploy-time settings. Each one can be given as CDK context
@@ -24,6 +33,8 @@ export interface ThreadgateConfig {
   readonly maxCap: number;
   /** Target hosts the worker may contact: exact host or `*.suffix`, an optional `:port` is ignored. @default [] (none) */
   readonly allowedHosts: readonly string[];
+  /** DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver. @default [] (the system resolver) */
+  readonly dnsServers: readonly string[];
   /** CaptchaAI base URL. @default 'https://ocr.captchaai.com' */
   readonly captchaaiUrl: string;
   /** Name of the Secrets Manager secret holding the API key (created outside the stack). @default 'threadgate/captchaai-api-key' */
@@ -59,7 +70,7 @@ export interface ThreadgateConfig {
    * (docs/benchmark.md "Worker memory"). @default 256
    */
   readonly workerMemoryMb: number;
-  /** Worker function timeout in seconds. @default the worst-case attempt (see {@link worstCaseAttemptMs}), at least 10 */
+  /** Worker function timeout in seconds. @default the worst case of one record (see {@link worstCaseAttemptMs}), at least 10 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
   readonly maxReceiveCount: number;
@@ -67,6 +78,12 @@ export interface ThreadgateConfig {
   readonly transientReceiveLimit: number;
   /** How long an in-progress claim on a record stays valid, in seconds (> workerTimeoutSeconds). @default workerTimeoutSeconds + 10% (at least +5) */
   readonly leaseSeconds: number;
+  /**
+   * Visibility timeout of the jobs queue, in seconds (>= workerTimeoutSeconds): how long a message
+   * an invocation took stays hidden, and so how soon the message of an invocation that died comes
+   * back. @default 6 × workerTimeoutSeconds (AWS's guidance for an SQS event source)
+   */
+  readonly visibilityTimeoutSeconds: number;
   /** Alarm threshold for the age of the oldest queued job, in seconds. @default 3600 */
   readonly oldestMessageAlarmSeconds: number;
   /** Log retention of both functions, in days (one of CloudWatch Logs' allowed values). @default 30 */
@@ -90,6 +107,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'minCap',
   'maxCap',
   'allowedHosts',
+  'dnsServers',
   'captchaaiUrl',
   'secretName',
   'timeScale',
@@ -105,6 +123,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'maxReceiveCount',
   'transientReceiveLimit',
   'leaseSeconds',
+  'visibilityTimeoutSeconds',
   'oldestMessageAlarmSeconds',
   'logRetentionDays',
   'alarmTopicArn',
@@ -122,28 +141,23 @@ export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
 export const VISIBILITY_TIMEOUT_FACTOR = 6;
 /** Smallest default worker timeout: cold start, secret read and DynamoDB calls do not scale with timeScale. */
 export const MIN_WORKER_TIMEOUT_SECONDS = 10;
-/** Time for the non-waiting parts of an attempt (cold start, secret, DynamoDB claim and outcome, DNS). */
-const SETUP_MS = 10_000;
 
 const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
 ];
 
 /**
- * The longest one record can keep the worker busy, in ms. CaptchaAI waits scale with
- * `timeScale` (the client multiplies them); target HTTP timeouts, the cool-down and setup are
- * real time (the worker does not scale them):
- *   setup + target GET + (failed submits' HTTP timeouts + back-offs 10 s, 20 s
- *   + two client deadlines, for the one fresh resubmission after UNSOLVABLE) × timeScale
- *   + form POST + cool-down after a deadline.
+ * The longest one record can keep the worker busy, in ms, at these settings: every call the
+ * worker can make for one record (functions/worker/worst-case.ts, where each part is named).
+ * CaptchaAI waits scale with `timeScale`; HTTP timeouts are floored in real time as the worker
+ * floors them; target timeouts, the cool-down, setup and the AWS calls are real time.
  */
-export function worstCaseAttemptMs(targetTimeoutMs: number, cooldownMs: number, timeScale = 1): number {
-  const t = DEFAULT_TIMINGS;
-  let backoffs = 0;
-  for (let retry = 0; retry < t.submitRetries; retry++) backoffs += t.submitBackoffMs * 2 ** retry;
-  const failedSubmits = t.submitRetries * t.httpTimeoutMs;
-  const captchaai = (failedSubmits + backoffs + 2 * t.deadlineMs) * timeScale;
-  return SETUP_MS + 2 * targetTimeoutMs + captchaai + cooldownMs;
+export function worstCaseAttemptMs(t: Pick<Timings, 'timeScale' | 'targetTimeoutMs' | 'cooldownMs'>): number {
+  return worstCaseRecordMs({
+    timeScale: t.timeScale,
+    targetTimeoutMs: t.targetTimeoutMs,
+    cooldownMs: t.cooldownMs,
+  });
 }
 
 /** Reads and validates every setting; throws ConfigError naming the first bad one. */
@@ -154,6 +168,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   const timings = readTimings(input);
   const workerTimeoutSeconds = readWorkerTimeout(input, timings);
   const redelivery = readRedelivery(input, workerTimeoutSeconds);
+  const visibilityTimeoutSeconds = readVisibilityTimeout(input, workerTimeoutSeconds);
   const monitoring = readMonitoring(input);
   return {
     stackName,
@@ -166,6 +181,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     workerTimeoutSeconds,
     workerMemoryMb: readInteger(input, 'workerMemoryMb', DEFAULTS.workerMemoryMb, { min: 128, max: 10_240 }),
     ...redelivery,
+    visibilityTimeoutSeconds,
     ...monitoring,
   };
 }
@@ -211,10 +227,16 @@ function readCaps(
 /** Where the worker may go: the target allowlist, CaptchaAI's URL and the key's secret. */
 function readEndpoints(
   input: ThreadgateSettings,
-): Pick<ThreadgateConfig, 'allowedHosts' | 'captchaaiUrl' | 'secretName'> {
+): Pick<ThreadgateConfig, 'allowedHosts' | 'dnsServers' | 'captchaaiUrl' | 'secretName'> {
   const allowedHosts = readList(input, 'allowedHosts');
   // The worker's own parser: synth accepts exactly the entries the worker will start with.
   parseAllowlist(allowedHosts, 'allowedHosts');
+  const dnsServers = readList(input, 'dnsServers');
+  try {
+    parseDnsServers(dnsServers);
+  } catch (err) {
+    throw new ConfigError('dnsServers', (err as Error).message);
+  }
 
   const captchaaiUrl = readString(input, 'captchaaiUrl', DEFAULTS.captchaaiUrl).replace(/\/+$/, '');
   let parsedUrl: URL;
@@ -234,7 +256,7 @@ function readEndpoints(
       `must be 1-512 characters of letters, digits and /_+=.@- (a secret name, not an ARN), got "${secretName}"`,
     );
   }
-  return { allowedHosts, captchaaiUrl, secretName };
+  return { allowedHosts, dnsServers, captchaaiUrl, secretName };
 }
 
 type Timings = Pick<
@@ -284,7 +306,7 @@ function readTimings(input: ThreadgateSettings): Timings {
 /** The worker's timeout: it covers the worst-case attempt, within Lambda's and SQS's limits. */
 function readWorkerTimeout(input: ThreadgateSettings, t: Timings): number {
   const { timeScale } = t;
-  const neededSeconds = Math.ceil(worstCaseAttemptMs(t.targetTimeoutMs, t.cooldownMs, timeScale) / 1000);
+  const neededSeconds = Math.ceil(worstCaseAttemptMs(t) / 1000);
   const workerTimeoutSeconds = readInteger(
     input,
     'workerTimeoutSeconds',
@@ -303,13 +325,24 @@ function readWorkerTimeout(input: ThreadgateSettings, t: Timings): number {
       `the worst-case attempt (${neededSeconds} s) exceeds Lambda's ${LAMBDA_MAX_TIMEOUT_SECONDS} s limit; lower timeScale, targetTimeoutMs or cooldownMs`,
     );
   }
-  if (workerTimeoutSeconds * VISIBILITY_TIMEOUT_FACTOR > SQS_MAX_VISIBILITY_SECONDS) {
+  return workerTimeoutSeconds;
+}
+
+/** The jobs queue's visibility timeout: at least the worker timeout, AWS's 6 × by default. */
+function readVisibilityTimeout(input: ThreadgateSettings, workerTimeoutSeconds: number): number {
+  const visibilityTimeoutSeconds = readInteger(
+    input,
+    'visibilityTimeoutSeconds',
+    Math.min(SQS_MAX_VISIBILITY_SECONDS, workerTimeoutSeconds * VISIBILITY_TIMEOUT_FACTOR),
+    { min: 1, max: SQS_MAX_VISIBILITY_SECONDS },
+  );
+  if (visibilityTimeoutSeconds < workerTimeoutSeconds) {
     throw new ConfigError(
-      'workerTimeoutSeconds',
-      `${VISIBILITY_TIMEOUT_FACTOR} × ${workerTimeoutSeconds} s exceeds SQS's visibility timeout limit of ${SQS_MAX_VISIBILITY_SECONDS} s`,
+      'visibilityTimeoutSeconds',
+      `must be at least workerTimeoutSeconds (${workerTimeoutSeconds}) so no message comes back while its invocation runs, got ${visibilityTimeoutSeconds}`,
     );
   }
-  return workerTimeoutSeconds;
+  return visibilityTimeoutSeconds;
 }
 
 /** How often a message is received before redrive, and how long a claim lasts. */
@@ -386,98 +419,4 @@ export function settingsFromContext(get: (key: string) => unknown): ThreadgateSe
     if (value !== undefined) out[name] = value;
   }
   return out;
-}
-
-function present(value: unknown): boolean {
-  return value !== undefined && value !== null && !(typeof value === 'string' && value.trim() === '');
-}
-
-function readString(input: ThreadgateSettings, name: keyof ThreadgateConfig, fallback: string): string {
-  return readOptionalString(input, name) ?? fallback;
-}
-
-function readOptionalString(input: ThreadgateSettings, name: keyof ThreadgateConfig): string | undefined {
-  const value = input[name];
-  if (!present(value)) return undefined;
-  if (typeof value !== 'string')
-    throw new ConfigError(name, `must be a string, got ${JSON.stringify(value)}`);
-  return value.trim();
-}
-
-function readNumber(
-  input: ThreadgateSettings,
-  name: keyof ThreadgateConfig,
-  fallback: number,
-  limits: { min?: number; max?: number },
-): number {
-  const raw = input[name];
-  if (!present(raw)) return fallback;
-  const value = typeof raw === 'number' ? raw : typeof raw === 'string' ? Number(raw.trim()) : Number.NaN;
-  if (!Number.isFinite(value)) throw new ConfigError(name, `must be a number, got ${JSON.stringify(raw)}`);
-  if (limits.min !== undefined && value < limits.min) {
-    throw new ConfigError(name, `must be >= ${limits.min}, got ${value}`);
-  }
-  if (limits.max !== undefined && value > limits.max) {
-    throw new ConfigError(name, `must be <= ${limits.max}, got ${value}`);
-  }
-  return value;
-}
-
-function readInteger(
-  input: ThreadgateSettings,
-  name: keyof ThreadgateConfig,
-  fallback: number,
-  limits: { min?: number; max?: number },
-): number {
-  const value = readNumber(input, name, fallback, limits);
-  if (!Number.isInteger(value)) throw new ConfigError(name, `must be a whole number, got ${value}`);
-  return value;
-}
-
-/** true/false, as a boolean (props, cdk.json) or a string (`-c outcomeStream=false`). */
-function readBoolean(input: ThreadgateSettings, name: keyof ThreadgateConfig, fallback: boolean): boolean {
-  const raw = input[name];
-  if (!present(raw)) return fallback;
-  if (typeof raw === 'boolean') return raw;
-  const text = typeof raw === 'string' ? raw.trim().toLowerCase() : undefined;
-  if (text === 'true') return true;
-  if (text === 'false') return false;
-  throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
-}
-
-/** A number for every CAPTCHA type, or a JSON object (or object string) of numbers per type. */
-function readPerType(
-  input: ThreadgateSettings,
-  name: keyof ThreadgateConfig,
-  fallback: Record<CaptchaType, number>,
-  limits: { min: number; max: number },
-): Record<CaptchaType, number> {
-  const raw = input[name];
-  if (!present(raw)) return { ...fallback };
-  const text =
-    typeof raw === 'string' ? raw.trim() : typeof raw === 'object' ? JSON.stringify(raw) : String(raw);
-  const out = { ...fallback, ...parsePerType(name, text) };
-  for (const type of CAPTCHA_TYPES) {
-    const v = out[type];
-    if (!Number.isInteger(v) || v < limits.min || v > limits.max) {
-      throw new ConfigError(
-        name,
-        `${type} must be a whole number of ms within ${limits.min}..${limits.max}, got ${v}`,
-      );
-    }
-  }
-  return out;
-}
-
-function readList(input: ThreadgateSettings, name: keyof ThreadgateConfig): string[] {
-  const raw = input[name];
-  if (!present(raw)) return [];
-  const items = Array.isArray(raw) ? raw : typeof raw === 'string' ? raw.split(',') : undefined;
-  if (!items || items.some((item) => typeof item !== 'string')) {
-    throw new ConfigError(
-      name,
-      `must be a comma-separated string or a list of strings, got ${JSON.stringify(raw)}`,
-    );
-  }
-  return (items as string[]).map((item) => item.trim()).filter((item) => item !== '');
 }

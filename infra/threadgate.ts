@@ -34,6 +34,8 @@ export interface ThreadgateProps {
   readonly name?: string;
   /** Target hosts the worker may contact: exact host or `*.suffix` (an optional `:port` is ignored). The worker refuses to start while it is empty. @default [] */
   readonly allowedHosts?: readonly string[];
+  /** DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver. @default [] (the system resolver) */
+  readonly dnsServers?: readonly string[];
   /** Plan threads kept free for anything else using the same CaptchaAI key (cap = threads − reserve). @default 1 */
   readonly reserve?: number;
   /** Cap deployed before the cap adjuster's first run (reserved concurrency and mapping maximum). @default 4 */
@@ -62,7 +64,7 @@ export interface ThreadgateProps {
   readonly pollSchedule?: 'learned' | 'static';
   /** Mean res.php calls per solve the learned schedule may spend (1–19). @default 12 */
   readonly pollMeanBudget?: number;
-  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst-case attempt (430 s at the defaults), at least 10 */
+  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (772 s at the defaults), at least 10 */
   readonly workerTimeoutSeconds?: number;
   /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 256 */
   readonly workerMemoryMb?: number;
@@ -72,6 +74,8 @@ export interface ThreadgateProps {
   readonly transientReceiveLimit?: number;
   /** How long a record's in-progress claim lasts, in seconds (> workerTimeoutSeconds). @default workerTimeoutSeconds + 10 % (at least + 5) */
   readonly leaseSeconds?: number;
+  /** Visibility timeout of the jobs queue in seconds (>= the worker timeout): how soon the message of an invocation that died comes back. @default 6 × the worker timeout */
+  readonly visibilityTimeoutSeconds?: number;
   /** Threshold of the oldest-job alarm, in seconds. @default 3600 */
   readonly oldestMessageAlarmSeconds?: number;
   /** Retention of the functions' log groups, in days (a CloudWatch Logs value). @default 30 */
@@ -150,7 +154,7 @@ export class Threadgate extends Construct {
       ? new OutcomeStream(this, 'OutcomeStream', { config, table: outcomes.table })
       : undefined;
     const queues = new JobQueues(this, 'Jobs', {
-      workerTimeout: Duration.seconds(config.workerTimeoutSeconds),
+      visibilityTimeout: Duration.seconds(config.visibilityTimeoutSeconds),
       maxReceiveCount: config.maxReceiveCount,
     });
     const pipelineState = new PipelineState(this, 'PipelineState', { stackName: config.stackName });

@@ -66,6 +66,9 @@ export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {
   stepMs: 500,
 };
 
+/** Calls of the mean budget the learned schedule does not plan with (see LearnedPollSchedule). */
+export const BUDGET_MARGIN_CALLS = 1;
+
 export const POLL_SCHEDULE_ENV = {
   mode: 'CAPTCHAAI_POLL_SCHEDULE',
   meanBudget: 'CAPTCHAAI_POLL_MEAN_BUDGET',
@@ -327,7 +330,9 @@ export class LearnedPollSchedule implements PollSchedule {
       mass,
       stepMs: step,
       maxPolls: this.#settings.maxPollsPerTask,
-      meanBudget: this.#settings.meanBudget,
+      // One call of the budget is kept back: the estimate, smoothed and censored, spreads answers
+      // wider than they are, and every `probeEvery`-th task polls once more than planned.
+      meanBudget: Math.max(1, this.#settings.meanBudget - BUDGET_MARGIN_CALLS),
       minGapMs: this.#settings.minGapMs,
     });
     return {

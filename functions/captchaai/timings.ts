@@ -69,7 +69,7 @@ export const DEFAULT_TIMINGS: SolveTimings = {
   submitBackoffMs: 10_000,
   submitRetries: 2,
   deadlineMs: 120_000,
-  httpTimeoutMs: 30_000,
+  httpTimeoutMs: 20_000,
 };
 
 /**

@@ -1,4 +1,4 @@
-import { lookup as dnsLookup } from 'node:dns/promises';
+import { Resolver as DnsResolver, lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, type LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { ConfigError, DnsUnavailableError, TargetError } from '../common/errors.js';
@@ -28,6 +28,41 @@ export type Resolver = (host: string) => Promise<string[]>;
 
 export const systemResolver: Resolver = async (host) =>
   (await dnsLookup(host, { all: true, verbatim: true })).map((entry) => entry.address);
+
+/** A DNS server as `ip` or `ip:port` (`[v6]:port`), for {@link dnsServerResolver}. */
+export function parseDnsServers(raw: readonly string[]): string[] {
+  return raw.map((entry) => {
+    const s = entry.trim();
+    const host = s.startsWith('[') ? s.slice(1, s.indexOf(']')) : s.replace(/:\d+$/, '');
+    if (isIP(host) === 0) throw new TypeError(`"${entry}" is not an IP address (with an optional :port)`);
+    return s;
+  });
+}
+
+/**
+ * Resolves through the named DNS servers (A and AAAA queries over UDP, c-ares) instead of the
+ * system's getaddrinfo: for a VPC resolver, or a loopback DNS stand-in that injects faults.
+ * No addresses of either family is the host's own answer (`ENOTFOUND`); a failure of the
+ * servers (`ESERVFAIL`, `ETIMEOUT`, `ECONNREFUSED`) of either query is reported as such, so it
+ * stays transient (TRANSIENT_DNS_CODES below).
+ */
+export function dnsServerResolver(
+  servers: readonly string[],
+  o: { timeoutMs?: number; tries?: number } = {},
+): Resolver {
+  const resolver = new DnsResolver({ timeout: o.timeoutMs ?? 2_000, tries: o.tries ?? 2 });
+  resolver.setServers([...servers]);
+  const noAddress = new Set(['ENODATA', 'ENOTFOUND']);
+  return async (host) => {
+    const answers = await Promise.allSettled([resolver.resolve4(host), resolver.resolve6(host)]);
+    const addresses = answers.flatMap((a) => (a.status === 'fulfilled' ? a.value : []));
+    const failures = answers.flatMap((a) => (a.status === 'rejected' ? [a.reason as { code?: string }] : []));
+    const serverFailure = failures.find((e) => !noAddress.has(String(e?.code)));
+    if (serverFailure) throw serverFailure;
+    if (addresses.length > 0) return addresses;
+    throw Object.assign(new Error(`${host} has no A or AAAA record`), { code: 'ENOTFOUND' });
+  };
+}
 
 function normalizeHost(raw: string): string {
   let host = raw.trim().toLowerCase();

@@ -1,11 +1,10 @@
 import { Duration, RemovalPolicy } from 'aws-cdk-lib';
 import * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
-import { VISIBILITY_TIMEOUT_FACTOR } from '../config.js';
 
 export interface JobQueuesProps {
-  /** The worker's timeout; the jobs queue's visibility timeout is six times this. */
-  readonly workerTimeout: Duration;
+  /** The jobs queue's visibility timeout (at least the worker's timeout; the stack uses 6 × by default). */
+  readonly visibilityTimeout: Duration;
   /** Receives before a message moves to the DLQ (>= 5). @default 5 */
   readonly maxReceiveCount?: number;
 }
@@ -38,8 +37,8 @@ export class JobQueues extends Construct {
     this.queue = new sqs.Queue(this, 'Queue', {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
-      // A message must stay invisible for every retry Lambda makes within one receive.
-      visibilityTimeout: Duration.seconds(props.workerTimeout.toSeconds() * VISIBILITY_TIMEOUT_FACTOR),
+      // A message must stay invisible while its invocation runs (and Lambda's retries within one receive).
+      visibilityTimeout: props.visibilityTimeout,
       retentionPeriod: Duration.days(14),
       deadLetterQueue: { queue: this.dlq, maxReceiveCount },
       removalPolicy: RemovalPolicy.DESTROY,

@@ -56,6 +56,7 @@ export class Worker extends Construct {
       CAPTCHAAI_SECRET_NAME: config.secretName,
       TIME_SCALE: String(config.timeScale),
       ALLOWED_HOSTS: config.allowedHosts.join(','),
+      ...(config.dnsServers.length > 0 ? { DNS_SERVERS: config.dnsServers.join(',') } : {}),
       LEASE_SECONDS: String(config.leaseSeconds),
       TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
       TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),

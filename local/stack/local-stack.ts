@@ -10,6 +10,7 @@ import { ConfigError } from '../../functions/common/errors.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { computeCap } from '../../functions/pipeline/cap-policy.js';
 import { PipelineControl } from '../../functions/pipeline/control.js';
+import { resolveConfig, type ThreadgateSettings } from '../../infra/config.js';
 import {
   clientConfig,
   type DeployResult,
@@ -120,7 +121,7 @@ export function localSettings(o: {
   allowedHosts?: string[];
   extra?: StackSettings;
 }): StackSettings {
-  return {
+  const settings: StackSettings = {
     stackName: DEFAULTS.stackName,
     timeScale: o.timeScale,
     reserve: o.reserve,
@@ -137,6 +138,14 @@ export function localSettings(o: {
     cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
     ...o.extra,
   };
+  // A runtime killed on purpose (the crash and chaos runs) leaves its messages invisible for the
+  // visibility timeout; 1.5 × the worker timeout (not AWS's 6 ×: nothing throttles here) brings
+  // them back sooner. The worker timeout is the worst case these settings give.
+  if (settings.visibilityTimeoutSeconds === undefined) {
+    const { workerTimeoutSeconds } = resolveConfig(settings as ThreadgateSettings);
+    settings.visibilityTimeoutSeconds = Math.ceil(1.5 * workerTimeoutSeconds);
+  }
+  return settings;
 }
 
 /** How the local stack runs its local runtime (in this process, or in a child: local/runtime/child-process.ts). */

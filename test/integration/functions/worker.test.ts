@@ -13,6 +13,7 @@ import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types
 import { createWorkerDeps } from '../../../functions/worker.js';
 import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { DnsStandin } from '../../../local/standins/dns.js';
 import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
 import {
   type AwsClients,
@@ -744,6 +745,26 @@ describe('worker against moto and the stand-ins', () => {
   }
 
   /** An earlier claim of `key` whose 60 s lease expired a second ago, as a killed invocation leaves it. */
+  /**
+   * A redelivery of a record whose earlier claim expired (row in_progress), aimed at the target
+   * stand-in under the name `host` instead of 127.0.0.1: the received message.
+   */
+  async function redeliveryAt(s: Setup, key: string, host: string): Promise<Message> {
+    const url = `${target.url.replace('127.0.0.1', host)}/form/${key}`;
+    await expiredClaim(s, key);
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      JSON.stringify({
+        record_key: key,
+        sitekey: target.sitekey,
+        pageurl: url,
+        submit_url: url,
+        form: { record: key },
+      }),
+    ]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    return message!;
+  }
+
   async function expiredClaim(s: Setup, key: string): Promise<OutcomesStore> {
     const earlier = new OutcomesStore({
       client: clients.ddb,
@@ -893,30 +914,82 @@ describe('worker against moto and the stand-ins', () => {
       return ['127.0.0.1'];
     };
     const key = newKey('dns');
-    const url = `${target.url.replace('127.0.0.1', 'dns.flaky.test')}/form/${key}`;
-    await expiredClaim(s, key);
-    await sendJobs(clients.sqs, s.res.queueUrl, [
-      JSON.stringify({
-        record_key: key,
-        sitekey: target.sitekey,
-        pageurl: url,
-        submit_url: url,
-        form: { record: key },
-      }),
-    ]);
-    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const message = await redeliveryAt(s, key, 'dns.flaky.test');
     // Act 1: the host check meets EAI_AGAIN.
-    const out1 = await deliver(s, s.instance({ resolver }), [message!]);
+    const out1 = await deliver(s, s.instance({ resolver }), [message]);
     // Assess 1: not dropped, not rejected; the row is untouched.
-    expect(out1.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(out1.batchItemFailures).toEqual([{ itemIdentifier: message.MessageId }]);
     expect(await s.store.get(key)).toMatchObject({ status: 'in_progress', lease_owner: 'earlier' });
     // Act 2: the resolver is back.
     resolverDown = false;
-    const out2 = await deliver(s, s.instance({ resolver }), [message!]);
+    const out2 = await deliver(s, s.instance({ resolver }), [message]);
     // Assess 2
     expect(out2.batchItemFailures).toEqual([]);
     expect(target.stats().accepted[key]).toBe(1);
     expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
+  });
+
+  it.each(['servfail', 'drop'] as const)(
+    'on the wire: a DNS server that answers %s on a redelivery whose row is in_progress leaves the message to be retried, and the record then ends submitted',
+    async (fault) => {
+      // Prepare: the worker resolves through a DNS stand-in on loopback (DNS_SERVERS), which
+      // knows the target's name and fails it on the wire until the fault is cleared.
+      const dns = await DnsStandin.start({ 'form.dns.test': ['127.0.0.1'] });
+      try {
+        const s = await setup({
+          ALLOWED_HOSTS: '127.0.0.1,form.dns.test',
+          DNS_SERVERS: dns.server,
+        });
+        const key = newKey(`dns-${fault}`);
+        const message = await redeliveryAt(s, key, 'form.dns.test');
+        dns.setFault('form.dns.test', fault);
+        // Act 1: the host check's queries fail at the DNS server (the system resolver is not used).
+        const out1 = await deliver(s, createWorkerDeps(s.config, clients), [message]);
+        // Assess 1: the queries reached the stand-in; the message is kept, the row untouched,
+        // nothing was solved or posted.
+        expect(dns.queries('form.dns.test').length).toBeGreaterThan(0);
+        expect(
+          dns
+            .queries('form.dns.test')
+            .every((q) => q.answered === (fault === 'drop' ? 'dropped' : 'servfail')),
+        ).toBe(true);
+        expect(out1.batchItemFailures).toEqual([{ itemIdentifier: message.MessageId }]);
+        expect(await s.store.get(key)).toMatchObject({ status: 'in_progress', lease_owner: 'earlier' });
+        expect(target.stats().accepted[key]).toBeUndefined();
+        // Act 2: the DNS server answers again.
+        dns.setFault('form.dns.test', undefined);
+        const out2 = await deliver(s, createWorkerDeps(s.config, clients), [message]);
+        // Assess 2: one POST, a final row.
+        expect(out2.batchItemFailures).toEqual([]);
+        expect(dns.queries('form.dns.test').some((q) => q.answered === 'address')).toBe(true);
+        expect(target.stats().accepted[key]).toBe(1);
+        expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
+      } finally {
+        await dns.stop();
+      }
+    },
+  );
+
+  it('on the wire: a name the DNS server does not know (NXDOMAIN) on a first delivery is rejected: it does not resolve', async () => {
+    const dns = await DnsStandin.start({});
+    try {
+      const s = await setup({ ALLOWED_HOSTS: '127.0.0.1,gone.dns.test', DNS_SERVERS: dns.server });
+      const key = newKey('dns-nx');
+      const url = `http://gone.dns.test:1/form/${key}`;
+      await sendJobs(clients.sqs, s.res.queueUrl, [
+        JSON.stringify({ record_key: key, sitekey: target.sitekey, pageurl: url, submit_url: url }),
+      ]);
+      const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+      const out = await deliver(s, createWorkerDeps(s.config, clients), [message!]);
+      expect(out.batchItemFailures).toEqual([]);
+      expect(dns.queries('gone.dns.test').map((q) => q.answered)).toContain('nxdomain');
+      expect(await s.store.get(key)).toMatchObject({
+        status: 'rejected',
+        reason: expect.stringContaining('does not resolve'),
+      });
+    } finally {
+      await dns.stop();
+    }
   });
 
   it('an invalid redelivery (host no longer resolves) meeting a non-final row is retried, never dropped', async () => {

@@ -34,12 +34,17 @@ describe('docs/configuration.md', () => {
     expect([...docRows().keys()].sort()).toEqual([...SETTING_NAMES, 'nag'].sort());
   });
 
-  it.each(SCALARS.filter((k) => k !== 'workerTimeoutSeconds' && k !== 'leaseSeconds'))(
-    'gives %s the default resolveConfig gives it',
-    (name) => {
-      expect(docRows().get(name)).toContain(`\`${String(defaults[name])}\``);
-    },
-  );
+  it.each(
+    SCALARS.filter((k) => !['workerTimeoutSeconds', 'leaseSeconds', 'visibilityTimeoutSeconds'].includes(k)),
+  )('gives %s the default resolveConfig gives it', (name) => {
+    expect(docRows().get(name)).toContain(`\`${String(defaults[name])}\``);
+  });
+
+  it('derives the default visibility timeout from the worker timeout: AWS’s 6 ×', () => {
+    expect(defaults.visibilityTimeoutSeconds).toBe(6 * defaults.workerTimeoutSeconds);
+    expect(docRows().get('visibilityTimeoutSeconds')).toContain('6 × timeout');
+    expect(PROPS).toContain('@default 6 × the worker timeout');
+  });
 
   it('quotes the default worker timeout resolveConfig computes', () => {
     expect(docRows().get('workerTimeoutSeconds')).toBeDefined();
@@ -52,17 +57,18 @@ describe('Threadgate props', () => {
     expect(PROPS).toMatch(new RegExp(`readonly ${name}\\?:`));
   });
 
-  it.each(SCALARS.filter((k) => !['stackName', 'workerTimeoutSeconds', 'leaseSeconds'].includes(k)))(
-    'give %s the @default resolveConfig gives it',
-    (name) => {
-      const doc =
-        PROPS.slice(0, PROPS.indexOf(`readonly ${name}?:`))
-          .split('/**')
-          .at(-1) ?? '';
-      const value = typeof defaults[name] === 'string' ? `'${defaults[name]}'` : String(defaults[name]);
-      expect(doc).toContain(`@default ${value}`);
-    },
-  );
+  it.each(
+    SCALARS.filter(
+      (k) => !['stackName', 'workerTimeoutSeconds', 'leaseSeconds', 'visibilityTimeoutSeconds'].includes(k),
+    ),
+  )('give %s the @default resolveConfig gives it', (name) => {
+    const doc =
+      PROPS.slice(0, PROPS.indexOf(`readonly ${name}?:`))
+        .split('/**')
+        .at(-1) ?? '';
+    const value = typeof defaults[name] === 'string' ? `'${defaults[name]}'` : String(defaults[name]);
+    expect(doc).toContain(`@default ${value}`);
+  });
 
   it('quote the default worker timeout resolveConfig computes', () => {
     expect(PROPS).toContain(`(${defaults.workerTimeoutSeconds} s at the defaults)`);

@@ -8,6 +8,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
 import { ConfigError } from '../../../functions/common/errors.js';
+import { worstCaseRecordMs } from '../../../functions/worker/worst-case.js';
 import { resolveConfig, type ThreadgateSettings, worstCaseAttemptMs } from '../../../infra/config.js';
 import { ThreadgateStack } from '../../../infra/threadgate-stack.js';
 
@@ -75,13 +76,18 @@ describe('ThreadgateStack with default settings', () => {
     });
   });
 
-  it('sizes the worker timeout to cover the worst-case attempt', () => {
+  it("sizes the worker timeout to the worker's own worst case of one record", () => {
     const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
-    expect((fn.Properties.Timeout as number) * 1000).toBeGreaterThanOrEqual(
-      worstCaseAttemptMs(stack.config.targetTimeoutMs, stack.config.cooldownMs),
-    );
-    // Two full 120 s CaptchaAI deadlines (UNSOLVABLE gets one fresh resubmission) plus back-offs.
-    expect(fn.Properties.Timeout as number).toBeGreaterThan(270);
+    const worst = worstCaseRecordMs({
+      timeScale: 1,
+      targetTimeoutMs: stack.config.targetTimeoutMs,
+      cooldownMs: stack.config.cooldownMs,
+    });
+    expect(worstCaseAttemptMs(stack.config)).toBe(worst);
+    expect(fn.Properties.Timeout).toBe(Math.ceil(worst / 1000));
+    // Within Lambda's 900 s at the defaults, with the lease beyond it.
+    expect(fn.Properties.Timeout as number).toBeLessThanOrEqual(900);
+    expect(stack.config.leaseSeconds).toBeGreaterThan(fn.Properties.Timeout as number);
   });
 
   it('maps the jobs queue with batch size 1, partial batch responses and MaximumConcurrency equal to the cap', () => {
@@ -619,8 +625,12 @@ describe('ThreadgateStack with other settings', () => {
     });
     const stack = new ThreadgateStack(app, 'Tg-staging');
     const template = Template.fromStack(stack);
-    // 10 s setup + two 1 s target calls + 0.5 s cool-down + CaptchaAI waits × 0.01 (3.3 s).
-    const timeout = 16;
+    // The worker's worst case at these settings: CaptchaAI's waits × 0.01, its HTTP calls at their
+    // 2 s real-time floor, the 1 s target calls, the 0.5 s cool-down and the real-time allowances.
+    const timeout = Math.ceil(
+      worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 1000, cooldownMs: 500 }) / 1000,
+    );
+    expect(timeout).toBeGreaterThan(60);
     template.hasResourceProperties('AWS::Lambda::Function', {
       FunctionName: 'Tg-staging-worker',
       ReservedConcurrentExecutions: 7,
@@ -733,6 +743,16 @@ describe('settings validation at synth time', () => {
       /^transientReceiveLimit: must be below maxReceiveCount \(5\)/,
     ],
     ['leaseSeconds', { leaseSeconds: 100 }, /^leaseSeconds: must exceed workerTimeoutSeconds/],
+    [
+      'visibilityTimeoutSeconds',
+      { visibilityTimeoutSeconds: 100 },
+      /^visibilityTimeoutSeconds: must be at least workerTimeoutSeconds/,
+    ],
+    [
+      'dnsServers',
+      { dnsServers: 'resolver.example.com' },
+      /^dnsServers: "resolver.example.com" is not an IP address/,
+    ],
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
     ['outcomeStream', { outcomeStream: 'no' }, /^outcomeStream: must be true or false/],

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../../../functions/common/errors.js';
-import { readWorkerConfig } from '../../../../functions/worker/config.js';
+import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS, readWorkerConfig } from '../../../../functions/worker/config.js';
 
 const env = {
   TABLE_NAME: 'outcomes',
@@ -60,11 +60,24 @@ describe('worker config', () => {
     });
   });
 
-  it('keeps the CaptchaAI HTTP timeout at 5 s or more in real time however fast the time scale', () => {
+  it('keeps the CaptchaAI HTTP timeout at 2 s or more in real time however fast the time scale', () => {
     const scaled = readWorkerConfig({ ...env, TIME_SCALE: '0.01' });
     const unscaled = readWorkerConfig({ ...env, TIME_SCALE: '1', CAPTCHAAI_HTTP_TIMEOUT_MS: '20000' });
-    expect((scaled.captchaTimings.httpTimeoutMs ?? 0) * scaled.timeScale).toBeCloseTo(5000);
+    expect((scaled.captchaTimings.httpTimeoutMs ?? 0) * scaled.timeScale).toBeCloseTo(
+      MIN_CAPTCHAAI_HTTP_TIMEOUT_MS,
+    );
+    expect(MIN_CAPTCHAAI_HTTP_TIMEOUT_MS).toBe(2_000);
     expect(unscaled.captchaTimings.httpTimeoutMs).toBe(20_000);
+  });
+
+  it('reads DNS_SERVERS as IP addresses with optional ports, and names the variable when one is not', () => {
+    expect(readWorkerConfig(env).dnsServers).toEqual([]);
+    expect(readWorkerConfig({ ...env, DNS_SERVERS: '10.0.0.2, 127.0.0.1:5353,[::1]:53' }).dnsServers).toEqual(
+      ['10.0.0.2', '127.0.0.1:5353', '[::1]:53'],
+    );
+    expect(() => readWorkerConfig({ ...env, DNS_SERVERS: 'dns.example.com' })).toThrow(
+      /^DNS_SERVERS: "dns.example.com" is not an IP address/,
+    );
   });
 
   it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {

@@ -14,7 +14,7 @@ const BASE = { timeScale: 1, targetTimeoutMs: 15_000, cooldownMs: 60_000 };
 
 describe('worstCaseRecordMs: the longest one record can take', () => {
   it('counts every CaptchaAI call at the default timings: two tasks with their successful in.php and last poll, the failed submits with threadsinfo and back-offs, the idle re-check and a key rotation', () => {
-    // Prepare: by hand, from CaptchaAI's defaults (http 30 s, deadline 120 s, 2 retries after 10 s and 20 s,
+    // Prepare: by hand, from CaptchaAI's defaults (http 20 s, deadline 120 s, 2 retries after 10 s and 20 s,
     // each at least 8 × the 5 s rate-limit back-off).
     const http = DEFAULT_TIMINGS.httpTimeoutMs;
     const tasks = 2 * (2 * http + DEFAULT_TIMINGS.deadlineMs);
@@ -46,6 +46,11 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     ['rateLimitBackoffMs', { rateLimitBackoffMs: 10_000 }],
   ])('grows with %s', (_name, timings) => {
     expect(worstCaseRecordMs({ ...BASE, timings })).toBeGreaterThan(worstCaseRecordMs(BASE));
+  });
+
+  it("fits Lambda's 900 s limit at the defaults (772 s), which a 30 s HTTP timeout would not", () => {
+    expect(worstCaseRecordMs(BASE)).toBe(772_000);
+    expect(worstCaseRecordMs({ ...BASE, timings: { httpTimeoutMs: 30_000 } })).toBeGreaterThan(900_000);
   });
 
   it('grows with the target timeout and the cool-down', () => {
