@@ -14,11 +14,12 @@ import type { CaptchaType } from './types.js';
  *   (./solve-time-summary.ts: the last few hundred as censored intervals) and places the polls
  *   where answers are likely (./schedule-optimizer.ts), within a mean budget of res.php calls per
  *   solve, a per-task ceiling (`maxPollsPerTask`) and the same deadline. Until it has seen
- *   `minObservations` answers of a type it polls on the static schedule. Other environments'
- *   recent answers (`setPeerObservations`, fed by ../pipeline/solve-time-exchange.ts) count
- *   beside its own: one environment sees only its share of the records, a few dozen in a run. Every `probeEvery`-th
- *   task polls once at half the learned first poll, so a schedule never stays blind to answers
- *   that became faster than its first poll.
+ *   `minObservations` answers of a type (its own and shared ones) it polls on the static
+ *   schedule. Other environments' recent answers (`setPeerObservations`, fed by
+ *   ../pipeline/solve-time-exchange.ts) count beside its own: one environment sees only its
+ *   share of the records, a few dozen in a run. Every `probeEvery`-th task polls once at half
+ *   the learned first poll, so a schedule never stays blind to answers that became faster than
+ *   its first poll. The schedule plans with the mean budget less BUDGET_MARGIN_CALLS.
  * All times here are unscaled milliseconds (the client applies its time scale around them).
  */
 

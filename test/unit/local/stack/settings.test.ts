@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest';
+import { worstCaseRecordMs } from '../../../../functions/worker/worst-case.js';
+import { resolveConfig } from '../../../../infra/config.js';
+import { localSettings } from '../../../../local/stack/local-stack.js';
+
+const BASE = { threads: 8, reserve: 2, timeScale: 0.01, captchaaiUrl: 'http://127.0.0.1:9' };
+
+describe('the local stack settings', () => {
+  it("deploy a worker timeout that is the worker's worst case, and a visibility timeout of 1.5 × it", () => {
+    const settings = localSettings(BASE);
+    const config = resolveConfig(settings);
+    expect(config.workerTimeoutSeconds).toBe(
+      Math.ceil(worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 5000, cooldownMs: 600 }) / 1000),
+    );
+    expect(config.visibilityTimeoutSeconds).toBe(Math.ceil(1.5 * config.workerTimeoutSeconds));
+    expect(config.leaseSeconds).toBeGreaterThan(config.workerTimeoutSeconds);
+  });
+
+  it('keep a visibility timeout given explicitly', () => {
+    expect(
+      localSettings({ ...BASE, extra: { visibilityTimeoutSeconds: 500 } }).visibilityTimeoutSeconds,
+    ).toBe(500);
+  });
+});
