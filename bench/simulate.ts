@@ -9,7 +9,7 @@ import {
 } from '../functions/captchaai/poll-schedule.js';
 import type { SolveTimeInterval } from '../functions/captchaai/solve-time-summary.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
-import { SOLVE_TIME_EXCHANGE_DEFAULTS } from '../functions/pipeline/solve-time-exchange.js';
+import { evenShare, SOLVE_TIME_EXCHANGE_DEFAULTS } from '../functions/pipeline/solve-time-exchange.js';
 import { type LatencyDistribution, sampleLatencyMs } from '../local/standins/captchaai/latency.js';
 
 /**
@@ -170,13 +170,7 @@ function exchangeAt(
     const type = key.split('#')[0] as CaptchaType;
     peers.set(type, [...(peers.get(type) ?? []), v.intervals]);
   }
-  for (const [type, lists] of peers) {
-    const each = Math.ceil(sharing.keep / lists.length);
-    schedule.setPeerObservations(
-      type,
-      lists.flatMap((l) => l.slice(-each)),
-    );
-  }
+  for (const [type, lists] of peers) schedule.setPeerObservations(type, evenShare(lists, sharing.keep));
 }
 
 /**

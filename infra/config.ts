@@ -232,11 +232,7 @@ function readEndpoints(
   // The worker's own parser: synth accepts exactly the entries the worker will start with.
   parseAllowlist(allowedHosts, 'allowedHosts');
   const dnsServers = readList(input, 'dnsServers');
-  try {
-    parseDnsServers(dnsServers);
-  } catch (err) {
-    throw new ConfigError('dnsServers', (err as Error).message);
-  }
+  parseDnsServers(dnsServers, 'dnsServers');
 
   const captchaaiUrl = readString(input, 'captchaaiUrl', DEFAULTS.captchaaiUrl).replace(/\/+$/, '');
   let parsedUrl: URL;

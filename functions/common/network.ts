@@ -26,13 +26,20 @@ export function failedBeforeSending(code: string | undefined): boolean {
   return NOT_SENT_CODES.has(code) || code.startsWith('ERR_TLS_') || code.startsWith('ERR_SSL_');
 }
 
+/** An error and the causes it wraps, at most `depth` in all (fetch failures nest two or three deep). */
+export function* causeChain(err: unknown, depth = 4): Generator<unknown> {
+  let cause: unknown = err;
+  for (let i = 0; cause && i < depth; i++) {
+    yield cause;
+    cause = (cause as { cause?: unknown }).cause;
+  }
+}
+
 /** The socket error code of a fetch failure (undici nests it one or two causes deep). */
 export function socketErrorCode(err: unknown): string | undefined {
-  let cause: unknown = err;
-  for (let depth = 0; cause && depth < 4; depth++) {
+  for (const cause of causeChain(err)) {
     const code = (cause as { code?: unknown }).code;
-    if (typeof code === 'string' && depth > 0) return code;
-    cause = (cause as { cause?: unknown }).cause;
+    if (typeof code === 'string' && cause !== err) return code;
   }
   return undefined;
 }

@@ -86,6 +86,15 @@ export function decodeIntervals(text: string): SolveTimeInterval[] {
   return out;
 }
 
+/**
+ * At most about `keep` of the answers several environments shared, an even part of each one's
+ * latest, so no one environment outweighs the rest.
+ */
+export function evenShare(items: readonly SolveTimeInterval[][], keep: number): SolveTimeInterval[] {
+  const each = Math.ceil(keep / Math.max(1, items.length));
+  return items.flatMap((intervals) => intervals.slice(-each));
+}
+
 export class SolveTimeExchange {
   readonly #o: Required<Omit<SolveTimeExchangeOptions, 'now'>> & { now: () => number };
   readonly #slot: number;
@@ -157,14 +166,7 @@ export class SolveTimeExchange {
       }
       startKey = page.LastEvaluatedKey;
     } while (startKey);
-    for (const [type, items] of peers) {
-      // An even part of each environment's latest answers, so no one environment outweighs the rest.
-      const each = Math.ceil(this.#o.keep / items.length);
-      schedule.setPeerObservations(
-        type,
-        items.flatMap((intervals) => intervals.slice(-each)),
-      );
-    }
+    for (const [type, items] of peers) schedule.setPeerObservations(type, evenShare(items, this.#o.keep));
     return { written, read };
   }
 }

@@ -89,6 +89,9 @@ export function writeBackoffTotalMs(): number {
   return total;
 }
 
+/** The condition of every write to a claim: `:owner` still holds it and the row is in progress. */
+const OWNED = 'lease_owner = :owner AND #status = :in_progress';
+
 /** The final statuses: a record with one of them is finished (`stopped` is not: a redrive may claim it again). */
 export { FINAL_STATUSES };
 
@@ -216,23 +219,17 @@ export class OutcomesStore {
       values[':solve'] = n(Math.round(outcome.solveMs));
     }
     const update = {
-      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      ConditionExpression: OWNED,
       UpdateExpression: `SET ${sets.join(', ')} REMOVE lease_expires_at`,
       ExpressionAttributeValues: values,
     };
-    return this.withTries(async (retry) => {
-      const result = await this.conditionalUpdate(recordKey, update);
-      // A try whose answer was lost may have landed: then the row is ours, with this outcome.
-      if (
-        !result.written &&
-        retry &&
-        result.row?.lease_owner === owner &&
-        result.row.status === outcome.status
-      ) {
-        return { written: true };
-      }
-      return result;
-    });
+    // A landed try leaves the row ours, with this outcome.
+    return this.ownedWrite(
+      recordKey,
+      owner,
+      () => update,
+      (row) => row.status === outcome.status,
+    );
   }
 
   /**
@@ -245,12 +242,9 @@ export class OutcomesStore {
     owner: string,
     task: { taskId: string; submittedAt: number; attempts: number },
   ): Promise<WriteResult> {
-    const condition = 'lease_owner = :owner AND #status = :in_progress';
     const update = (retry: boolean) => ({
       // A try whose answer was lost may have landed: a retry never counts the attempts twice.
-      ConditionExpression: retry
-        ? `${condition} AND (attribute_not_exists(task_id) OR task_id <> :task)`
-        : condition,
+      ConditionExpression: retry ? `${OWNED} AND (attribute_not_exists(task_id) OR task_id <> :task)` : OWNED,
       // `attempts`: in.php calls not yet counted on the row, so a claim that dies still counts them.
       UpdateExpression:
         'SET task_id = :task, task_submitted_at = :at, attempts = if_not_exists(attempts, :zero) + :attempts',
@@ -263,18 +257,7 @@ export class OutcomesStore {
         ':attempts': n(task.attempts),
       },
     });
-    return this.withTries(async (retry) => {
-      const result = await this.conditionalUpdate(recordKey, update(retry));
-      if (
-        !result.written &&
-        retry &&
-        result.row?.lease_owner === owner &&
-        result.row.task_id === task.taskId
-      ) {
-        return { written: true };
-      }
-      return result;
-    });
+    return this.ownedWrite(recordKey, owner, update, (row) => row.task_id === task.taskId);
   }
 
   /**
@@ -286,11 +269,31 @@ export class OutcomesStore {
     const at = this.now();
     return this.withTries(() =>
       this.conditionalUpdate(recordKey, {
-        ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+        ConditionExpression: OWNED,
         UpdateExpression: 'SET posting_at = :at',
         ExpressionAttributeValues: { ':owner': s(owner), ':in_progress': s('in_progress'), ':at': n(at) },
       }),
     );
+  }
+
+  /**
+   * A conditional write of `owner`'s claim, tried like withTries. A try whose answer was lost may
+   * have landed; the next one is then refused, and a refusal that finds the row still `owner`'s
+   * and `landed` says so counts as written.
+   */
+  private ownedWrite(
+    recordKey: string,
+    owner: string,
+    update: (retry: boolean) => Parameters<OutcomesStore['conditionalUpdate']>[1],
+    landed: (row: OutcomeRow) => boolean,
+  ): Promise<WriteResult> {
+    return this.withTries(async (retry) => {
+      const result = await this.conditionalUpdate(recordKey, update(retry));
+      if (!result.written && retry && result.row?.lease_owner === owner && landed(result.row)) {
+        return { written: true };
+      }
+      return result;
+    });
   }
 
   /** Runs a write up to WRITE_TRIES times while it throws, with a doubling back-off. */
@@ -311,7 +314,7 @@ export class OutcomesStore {
    */
   async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
     return this.conditionalUpdate(recordKey, {
-      ConditionExpression: 'lease_owner = :owner AND #status = :in_progress',
+      ConditionExpression: OWNED,
       // Released only when no task of this claim can still hold a thread: its task markers go.
       UpdateExpression:
         'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts REMOVE task_id, task_submitted_at',

@@ -29,12 +29,17 @@ export type Resolver = (host: string) => Promise<string[]>;
 export const systemResolver: Resolver = async (host) =>
   (await dnsLookup(host, { all: true, verbatim: true })).map((entry) => entry.address);
 
-/** A DNS server as `ip` or `ip:port` (`[v6]:port`), for {@link dnsServerResolver}. */
-export function parseDnsServers(raw: readonly string[]): string[] {
+/**
+ * DNS servers as `ip` or `ip:port` (`[v6]:port`), for {@link dnsServerResolver}; a ConfigError
+ * naming `setting` when one is not.
+ */
+export function parseDnsServers(raw: readonly string[], setting = 'DNS_SERVERS'): string[] {
   return raw.map((entry) => {
     const s = entry.trim();
     const host = s.startsWith('[') ? s.slice(1, s.indexOf(']')) : s.replace(/:\d+$/, '');
-    if (isIP(host) === 0) throw new TypeError(`"${entry}" is not an IP address (with an optional :port)`);
+    if (isIP(host) === 0) {
+      throw new ConfigError(setting, `"${entry}" is not an IP address (with an optional :port)`);
+    }
     return s;
   });
 }

@@ -2,7 +2,7 @@ import { CookieJar } from 'tough-cookie';
 import { Agent, type Dispatcher, fetch as undiciFetch } from 'undici';
 import { readAtMost } from '../common/bounded-read.js';
 import { TargetError } from '../common/errors.js';
-import { failedBeforeSending, socketErrorCode } from '../common/network.js';
+import { causeChain, failedBeforeSending, socketErrorCode } from '../common/network.js';
 import { type Allowlist, checkTargetUrl, guardedLookup, type Resolver } from './allowlist.js';
 
 /**
@@ -188,21 +188,18 @@ export function quotedString(value: string): string {
  * address or the socket failed before anything was written (refused, DNS, TLS, connect timeout).
  */
 function mayHaveBeenSent(err: unknown): boolean {
-  for (let cause: unknown = err, depth = 0; cause && depth < 4; depth++) {
-    if (cause instanceof TargetError) return false;
-    cause = (cause as { cause?: unknown }).cause;
-  }
-  return !failedBeforeSending(socketErrorCode(err));
+  return guardRefusal(err) === undefined && !failedBeforeSending(socketErrorCode(err));
+}
+
+/** The allowlist guard's refusal, which the guarded lookup's fetch error wraps as its cause. */
+function guardRefusal(err: unknown): TargetError | undefined {
+  for (const cause of causeChain(err)) if (cause instanceof TargetError) return cause;
+  return undefined;
 }
 
 function toTargetError(err: unknown, url: URL): TargetError {
-  if (err instanceof TargetError) return err;
-  // The guarded lookup's refusal arrives wrapped as the fetch error's cause.
-  let cause: unknown = err;
-  for (let depth = 0; cause && depth < 4; depth++) {
-    if (cause instanceof TargetError) return cause;
-    cause = (cause as { cause?: unknown }).cause;
-  }
+  const refusal = guardRefusal(err);
+  if (refusal) return refusal;
   const name = (err as { name?: string }).name;
   if (name === 'TimeoutError') {
     return new TargetError('TARGET_TIMEOUT', `${url.host} did not answer in time`, { cause: err });

@@ -90,14 +90,6 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
-    dnsServers: readDnsServers(env),
+    dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
   };
-}
-
-function readDnsServers(env: Env): string[] {
-  try {
-    return parseDnsServers(optionalList(env, 'DNS_SERVERS'));
-  } catch (err) {
-    throw new ConfigError('DNS_SERVERS', (err as Error).message);
-  }
 }

@@ -52,6 +52,22 @@ function environment(name: string, table = tableName) {
   return { schedule, exchange };
 }
 
+/** An item written by hand, as another environment (or something else) might have left it. */
+async function putItem(sk: string, env: string, intervals: string, updatedAt: number): Promise<void> {
+  await clients.ddb.send(
+    new PutItemCommand({
+      TableName: tableName,
+      Item: {
+        pk: { S: SOLVE_TIMES_PARTITION },
+        sk: { S: sk },
+        environment: { S: env },
+        intervals: { S: intervals },
+        updated_at: { N: String(updatedAt) },
+      },
+    }),
+  );
+}
+
 describe('solve times shared through DynamoDB', () => {
   it('gives an environment that has seen nothing the answers another one read', async () => {
     const a = environment('env-a');
@@ -79,30 +95,8 @@ describe('solve times shared through DynamoDB', () => {
   });
 
   it('ignores items older than the maximum age and intervals that do not parse', async () => {
-    await clients.ddb.send(
-      new PutItemCommand({
-        TableName: tableName,
-        Item: {
-          pk: { S: SOLVE_TIMES_PARTITION },
-          sk: { S: 'image#31' },
-          environment: { S: 'env-old' },
-          intervals: { S: '0-3000,0-3100' },
-          updated_at: { N: String(clock - 700_000) },
-        },
-      }),
-    );
-    await clients.ddb.send(
-      new PutItemCommand({
-        TableName: tableName,
-        Item: {
-          pk: { S: SOLVE_TIMES_PARTITION },
-          sk: { S: 'recaptcha_v3#30' },
-          environment: { S: 'env-bad' },
-          intervals: { S: '1000-2000,garbage,-5-3,9000-100,3000-3500' },
-          updated_at: { N: String(clock) },
-        },
-      }),
-    );
+    await putItem('image#31', 'env-old', '0-3000,0-3100', clock - 700_000);
+    await putItem('recaptcha_v3#30', 'env-bad', '1000-2000,garbage,-5-3,9000-100,3000-3500', clock);
     const d = environment('env-d');
     const r = await d.exchange.maybeExchange();
     // env-a's 10, env-c's 1 and env-bad's 2 well-formed pairs; env-old is past the maximum age.
