@@ -54,10 +54,14 @@ export function formatModel(m: ReturnType<typeof benchModel>): string {
       .join(' ')}`,
     `limit (ideal client on these draws): ${f(limit)}`,
   ];
-  for (const [mode, r] of Object.entries(schedules)) {
+  for (const [mode, r] of Object.entries(schedules) as [string, ModelFigures['schedules']['static']][]) {
     lines.push(
       `${mode.padEnd(7)} schedule: ${f(r.efficiency)} = ${f(r.efficiency / limit)} of the limit; ${f(r.resPhpPerSolve, 2)} res.php per solve (max ${r.resPhpMaxPerTask}), mean wait ${f(r.meanWaitMs, 0)} ms, ${r.timedOut} read at no poll`,
     );
   }
+  const inf = m.figures.informed;
+  lines.push(
+    `learned schedule told the true distribution from the first task: ${f(inf.efficiency)} = ${f(inf.efficiency / limit)} of the limit; ${f(inf.resPhpPerSolve, 2)} res.php per solve (max ${inf.resPhpMaxPerTask}), mean wait ${f(inf.meanWaitMs, 0)} ms`,
+  );
   return `${lines.join('\n')}\n`;
 }

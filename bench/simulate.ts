@@ -71,7 +71,7 @@ function readAt(
     since += wait;
     calls += 1;
     if (since >= task.solveMs) {
-      schedule.observe(task.type, notReadyAt, since);
+      schedule.observe(task.type, notReadyAt, since, calls);
       return { atMs: since, calls };
     }
     notReadyAt = since;
@@ -213,12 +213,23 @@ export function simulateSchedule(
   });
 }
 
+/** Answers per type the informed schedule is told, and the seed offset of their draw. */
+const INFORMED_ANSWERS = 256;
+const INFORMED_SEED_OFFSET = 1_000_003;
+
 /** What the bench's report says about its draws, beside the measured figures. */
 export interface ModelFigures {
   /** The ideal client's whole-run efficiency on the draws. */
   limit: number;
   /** Each schedule, simulated on the same draws with no pipeline. */
   schedules: Record<PollScheduleMode, SimResult>;
+  /**
+   * The learned schedule told the true distribution before the first task (256 other draws of
+   * it per type, as exact answers; no cold start, no censoring): what placing polls within the
+   * same budget and ceiling can reach at best, so the loss to the learning is told apart from the
+   * loss to polling itself.
+   */
+  informed: SimResult;
 }
 
 /**
@@ -238,7 +249,25 @@ export function modelFigures(i: {
   sharing?: SimSharing | false;
 }): ModelFigures {
   const tasks = drawSolveTimes(i.types, i.latency, i.seed);
+  const used = [...new Set(i.types)];
+  const truth = new Map(
+    used.map((type) => [
+      type,
+      drawSolveTimes(Array(INFORMED_ANSWERS).fill(type), i.latency, i.seed + INFORMED_SEED_OFFSET).map(
+        (t) => ({
+          lowMs: t.solveMs,
+          highMs: t.solveMs,
+        }),
+      ),
+    ]),
+  );
+  const informed = () => {
+    const schedule = new LearnedPollSchedule(i.timings, i.settings);
+    for (const [type, answers] of truth) schedule.setPeerObservations(type, answers);
+    return schedule;
+  };
   return {
+    informed: simulateSchedule(tasks, i.slots, informed, i.threads),
     limit: simulateLimit(tasks, i.slots, i.threads).efficiency,
     schedules: {
       static: simulateSchedule(tasks, i.slots, () => staticPollSchedule(i.timings), i.threads),

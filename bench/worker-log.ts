@@ -40,6 +40,11 @@ export interface Invocation {
   outcome?: OutcomeLine;
 }
 
+/** An invocation as the log has it, before a chain is split into one entry per record. */
+interface RawInvocation extends Omit<Invocation, 'outcome'> {
+  outcomes: OutcomeLine[];
+}
+
 const PREFIX = /^(\S+) (\S+) (.*)$/;
 const START = /^START RequestId: (\S+)/;
 const END = /^END RequestId: (\S+) Duration: (\d+(?:\.\d+)?) ms/;
@@ -48,15 +53,22 @@ function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
 }
 
-/** Invocations in order of their START line; lines of other shapes are ignored. */
+/**
+ * Invocations in order of their START line, one entry per record; lines of other shapes are
+ * ignored. An invocation that worked a chain of records (functions/worker/chain.ts) becomes one
+ * entry per record: entry k runs from record k − 1's outcome line (the invocation's start for the
+ * first) to record k's (the invocation's end for the last), so the entries' durations add up to
+ * the invocation's and each record carries its own timings. In a chain a record's POST runs beside
+ * the next record's solve, so the split is approximate per record, exact in sum.
+ */
 export function parseFunctionLog(text: string): Invocation[] {
-  const byId = new Map<string, Invocation>();
+  const byId = new Map<string, RawInvocation>();
   // The runtime's ERROR line names no request id; it belongs to the environment's open invocation.
   const openByEnv = new Map<string, string>();
   const get = (requestId: string, environment: string) => {
     let inv = byId.get(requestId);
     if (!inv) {
-      inv = { requestId, environment, firstInEnvironment: false };
+      inv = { requestId, environment, firstInEnvironment: false, outcomes: [] };
       byId.set(requestId, inv);
     }
     return inv;
@@ -95,7 +107,7 @@ export function parseFunctionLog(text: string): Invocation[] {
     }
     if (json.message !== 'outcome' || typeof json.function_request_id !== 'string') continue;
     const stamp = typeof json.timestamp === 'string' ? Date.parse(json.timestamp) : Number.NaN;
-    get(json.function_request_id, env).outcome = {
+    get(json.function_request_id, env).outcomes.push({
       status: String(json.status),
       recordKey: typeof json.recordKey === 'string' ? json.recordKey : undefined,
       captchaType: typeof json.captchaType === 'string' ? json.captchaType : undefined,
@@ -107,7 +119,7 @@ export function parseFunctionLog(text: string): Invocation[] {
       solveMs: num(json.solve_ms),
       polls: num(json.polls),
       finishMs: num(json.finish_ms),
-    };
+    });
   }
   const ordered = [...byId.values()].sort((a, b) => (a.startedAt ?? 0) - (b.startedAt ?? 0));
   const seen = new Set<string>();
@@ -115,7 +127,32 @@ export function parseFunctionLog(text: string): Invocation[] {
     inv.firstInEnvironment = inv.startedAt !== undefined && !seen.has(inv.environment);
     if (inv.startedAt !== undefined) seen.add(inv.environment);
   }
-  return ordered;
+  return ordered.flatMap(perRecord);
+}
+
+/** One entry per record of an invocation (see parseFunctionLog). */
+function perRecord(raw: RawInvocation): Invocation[] {
+  const { outcomes, ...inv } = raw;
+  if (outcomes.length <= 1) return [{ ...inv, ...(outcomes[0] ? { outcome: outcomes[0] } : {}) }];
+  const sorted = [...outcomes].sort((a, b) => a.at - b.at);
+  return sorted.map((outcome, k) => {
+    const from = k === 0 ? inv.startedAt : sorted[k - 1]?.at;
+    const to = k === sorted.length - 1 ? inv.endedAt : outcome.at;
+    const durationMs =
+      from !== undefined && to !== undefined && inv.durationMs !== undefined
+        ? Math.max(0, to - from)
+        : undefined;
+    return {
+      ...inv,
+      requestId: `${inv.requestId}#${k}`,
+      firstInEnvironment: inv.firstInEnvironment && k === 0,
+      startedAt: from,
+      endedAt: to,
+      durationMs,
+      ...(k === sorted.length - 1 ? {} : { error: undefined }),
+      outcome,
+    };
+  });
 }
 
 /**

@@ -25,12 +25,13 @@ import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import type { WorkerDeps } from './worker/types.js';
-import { DEADLINE_MARGIN_MS } from './worker/worst-case.js';
+import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from './worker/worst-case.js';
 
 /**
  * The worker Lambda: the handler and its composition root, nothing else. SQS batch in,
  * partial batch response out.
- *   - worker/batch-loop.ts   the batch, strictly one record after another, and the pause;
+ *   - worker/batch-loop.ts   the batch, then the chain, one task after another, and the pause;
+ *   - worker/chain.ts        the next message taken from the queue once an answer is in hand;
  *   - worker/record-flow.ts  one record: validate → allowlist → claim → page → solve → post;
  *   - records/decisions.ts   every decision that turns an error or a result into an outcome;
  *   - worker/effects.ts      what each decision does (row, DLQ copy, pause, cool-down).
@@ -188,8 +189,24 @@ function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** After its batch, the invocation waits at most this long for an exchange still under way. */
-const EXCHANGE_WAIT_MS = 2_000;
+/**
+ * Until when this invocation may take messages itself (worker/chain.ts): CHAIN_SECONDS from now,
+ * and never while less than one record's worst case is left before the function timeout.
+ */
+function chainUntil(config: WorkerConfig, remainingMs: number | undefined): number | undefined {
+  if (config.chainMs <= 0) return undefined;
+  const worstMs = worstCaseRecordMs({
+    timings: config.captchaTimings,
+    timeScale: config.timeScale,
+    targetTimeoutMs: config.targetTimeoutMs,
+    cooldownMs: config.cooldownMs,
+  });
+  const windowMs =
+    remainingMs === undefined
+      ? config.chainMs
+      : Math.min(config.chainMs, remainingMs - DEADLINE_MARGIN_MS - worstMs);
+  return windowMs > 0 ? performance.now() + windowMs : undefined;
+}
 
 /** A record key no job uses: the warm-up reads it to open the table's connection. */
 const WARM_UP_RECORD_KEY = 'threadgate-warm-up (not a record)';
@@ -244,14 +261,12 @@ export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBa
           Math.max(0, remaining - DEADLINE_MARGIN_MS),
         )
       : undefined;
-  // Beside the batch: the exchange's two calls take place while the first record is solved.
-  const exchange = deps.exchangeSolveTimes?.();
   try {
-    return await processBatch(event, deps, { signal: controller.signal });
+    return await processBatch(event, deps, {
+      signal: controller.signal,
+      chainUntil: chainUntil(deps.config, remaining),
+    });
   } finally {
     if (timer) clearTimeout(timer);
-    if (exchange) {
-      await Promise.race([exchange, new Promise((resolve) => setTimeout(resolve, EXCHANGE_WAIT_MS).unref())]);
-    }
   }
 };

@@ -70,7 +70,15 @@ export interface ThreadgateConfig {
    * (docs/benchmark.md "Worker memory"). @default 256
    */
   readonly workerMemoryMb: number;
-  /** Worker function timeout in seconds. @default the worst case of one record (see {@link worstCaseAttemptMs}), at least 10 */
+  /**
+   * How long after its start a worker invocation keeps taking the next message from the queue
+   * itself, one record at a time, the next task submitted as soon as the previous answer is in
+   * hand (its POST and final write run beside it), in seconds (0..900; 0: one record per
+   * invocation). The default timeout adds it to the worst case of one record, within Lambda's
+   * 900 s; what the timeout leaves above the worst case bounds it. @default 120 × timeScale
+   */
+  readonly chainSeconds: number;
+  /** Worker function timeout in seconds. @default the worst case of one record (see {@link worstCaseAttemptMs}) plus chainSeconds, at least 10, at most 900 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
   readonly maxReceiveCount: number;
@@ -118,6 +126,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'pollBudget',
   'pollSchedule',
   'pollMeanBudget',
+  'chainSeconds',
   'workerTimeoutSeconds',
   'workerMemoryMb',
   'maxReceiveCount',
@@ -166,7 +175,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   const caps = readCaps(input);
   const endpoints = readEndpoints(input);
   const timings = readTimings(input);
-  const workerTimeoutSeconds = readWorkerTimeout(input, timings);
+  const { workerTimeoutSeconds, chainSeconds } = readWorkerTimeout(input, timings);
   const redelivery = readRedelivery(input, workerTimeoutSeconds);
   const visibilityTimeoutSeconds = readVisibilityTimeout(input, workerTimeoutSeconds);
   const monitoring = readMonitoring(input);
@@ -179,6 +188,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...endpoints,
     ...timings,
     workerTimeoutSeconds,
+    chainSeconds,
     workerMemoryMb: readInteger(input, 'workerMemoryMb', DEFAULTS.workerMemoryMb, { min: 128, max: 10_240 }),
     ...redelivery,
     visibilityTimeoutSeconds,
@@ -299,14 +309,33 @@ function readTimings(input: ThreadgateSettings): Timings {
   };
 }
 
-/** The worker's timeout: it covers the worst-case attempt, within Lambda's and SQS's limits. */
-function readWorkerTimeout(input: ThreadgateSettings, t: Timings): number {
+/**
+ * The worker's timeout: it covers the worst-case attempt, within Lambda's and SQS's limits, plus
+ * the chain's window when it fits; the chain gets what the timeout leaves above the worst case.
+ */
+function readWorkerTimeout(
+  input: ThreadgateSettings,
+  t: Timings,
+): Pick<ThreadgateConfig, 'workerTimeoutSeconds' | 'chainSeconds'> {
   const { timeScale } = t;
   const neededSeconds = Math.ceil(worstCaseAttemptMs(t) / 1000);
+  if (neededSeconds > LAMBDA_MAX_TIMEOUT_SECONDS) {
+    throw new ConfigError(
+      'timeScale',
+      `the worst-case attempt (${neededSeconds} s) exceeds Lambda's ${LAMBDA_MAX_TIMEOUT_SECONDS} s limit; lower timeScale, targetTimeoutMs or cooldownMs`,
+    );
+  }
+  const wantedChain = readNumber(input, 'chainSeconds', DEFAULTS.chainSeconds * timeScale, {
+    min: 0,
+    max: LAMBDA_MAX_TIMEOUT_SECONDS,
+  });
   const workerTimeoutSeconds = readInteger(
     input,
     'workerTimeoutSeconds',
-    Math.max(MIN_WORKER_TIMEOUT_SECONDS, neededSeconds),
+    Math.min(
+      LAMBDA_MAX_TIMEOUT_SECONDS,
+      Math.max(MIN_WORKER_TIMEOUT_SECONDS, neededSeconds + Math.ceil(wantedChain)),
+    ),
     { min: 1, max: LAMBDA_MAX_TIMEOUT_SECONDS },
   );
   if (workerTimeoutSeconds < neededSeconds) {
@@ -315,13 +344,8 @@ function readWorkerTimeout(input: ThreadgateSettings, t: Timings): number {
       `must cover the worst-case attempt of ${neededSeconds} s at timeScale ${timeScale}, got ${workerTimeoutSeconds}`,
     );
   }
-  if (neededSeconds > LAMBDA_MAX_TIMEOUT_SECONDS) {
-    throw new ConfigError(
-      'timeScale',
-      `the worst-case attempt (${neededSeconds} s) exceeds Lambda's ${LAMBDA_MAX_TIMEOUT_SECONDS} s limit; lower timeScale, targetTimeoutMs or cooldownMs`,
-    );
-  }
-  return workerTimeoutSeconds;
+  const chainSeconds = Math.min(wantedChain, workerTimeoutSeconds - neededSeconds);
+  return { workerTimeoutSeconds, chainSeconds: Math.round(chainSeconds * 1000) / 1000 };
 }
 
 /** The jobs queue's visibility timeout: at least the worker timeout, AWS's 6 × by default. */

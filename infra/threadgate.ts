@@ -64,7 +64,13 @@ export interface ThreadgateProps {
   readonly pollSchedule?: 'learned' | 'static';
   /** Mean res.php calls per solve the learned schedule may spend (1–19). @default 12 */
   readonly pollMeanBudget?: number;
-  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (772 s at the defaults), at least 10 */
+  /**
+   * How long after its start a worker invocation keeps taking the next message itself, one record
+   * at a time, the next task submitted as soon as the previous answer is in hand (0–900 s; 0: one
+   * record per invocation). Added to the default timeout within Lambda's 900 s. @default 120 × timeScale
+   */
+  readonly chainSeconds?: number;
+  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (772 s) plus chainSeconds (892 s at the defaults), at least 10, at most 900 */
   readonly workerTimeoutSeconds?: number;
   /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 256 */
   readonly workerMemoryMb?: number;

@@ -412,7 +412,7 @@ export class CaptchaAiClient {
         const reply = await this.#request('res.php', { action: 'get', id: taskId, json: '1' }, state.signal);
         const answer = parseAnswer(reply, 'res.php');
         if (answer.ok) {
-          this.#schedule.observe(type, notReadyAt / this.#timeScale, askedAt / this.#timeScale);
+          this.#schedule.observe(type, notReadyAt / this.#timeScale, askedAt / this.#timeScale, state.polls);
           return answer.value;
         }
         if (NOT_READY_CODES.has(answer.code)) {

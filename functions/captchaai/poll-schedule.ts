@@ -51,14 +51,16 @@ export interface PollScheduleSettings {
 /**
  * 12 calls per solve on average: 2captcha-compatible services block a key whose requests pass
  * about 20 × tasks + 1,200 (docs/benchmark.md), so 12 leaves room for retries and the in.php call.
- * A task may take up to 40 (a plan with a fast and a slow mode needs polls in both; the mean
- * budget still holds) and two polls of one task may be 0.5 s apart where answers are dense;
- * 3 answers are enough to start from.
+ * A task may take up to 120, one a second over the 120 s deadline on average, the pace of the
+ * fastest peer client (Capsolver polls every second): the mean budget is what the services count,
+ * and a tighter ceiling only takes polls from where answers are dense (at 40 the schedule used 9–10
+ * of its 11 calls and waited longer, docs/benchmark.md). Two polls of one task may be 0.5 s apart
+ * where answers are dense; 3 answers are enough to start from.
  */
 export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {
   mode: 'learned',
   meanBudget: 12,
-  maxPollsPerTask: 40,
+  maxPollsPerTask: 120,
   minObservations: 3,
   probeEvery: 10,
   recomputeEvery: 2,
@@ -66,6 +68,9 @@ export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {
   minGapMs: 500,
   stepMs: 500,
 };
+
+/** Learned tasks per type whose calls the overspend estimate rests on. */
+const SPENT_WINDOW = 64;
 
 /** Calls of the mean budget the learned schedule does not plan with (see LearnedPollSchedule). */
 export const BUDGET_MARGIN_CALLS = 1;
@@ -95,7 +100,7 @@ export function readPollScheduleFromEnv(env: Env): PollScheduleSettings {
       DEFAULT_POLL_SCHEDULE.maxPollsPerTask,
       {
         min: 2,
-        max: 60,
+        max: 240,
         integer: true,
       },
     ),
@@ -115,8 +120,11 @@ export interface TaskPollPlan {
 
 export interface PollSchedule {
   planFor(type: CaptchaType): TaskPollPlan;
-  /** A task of `type` was not ready at `lowMs` (0: the submit) and was read at `highMs`, unscaled. */
-  observe(type: CaptchaType, lowMs: number, highMs: number): void;
+  /**
+   * A task of `type` was not ready at `lowMs` (0: the submit) and was read at `highMs`, unscaled,
+   * by its `calls`-th res.php call (when known).
+   */
+  observe(type: CaptchaType, lowMs: number, highMs: number, calls?: number): void;
 }
 
 export type ScheduleTimings = Pick<
@@ -192,6 +200,8 @@ interface TypeState {
   schedule: LearnedSchedule | undefined;
   computedAt: number;
   tasks: number;
+  /** Of the last answers read on a learned plan: the calls each took, and what its schedule expected. */
+  spent: { calls: number; expected: number }[];
 }
 
 /**
@@ -233,15 +243,35 @@ export class LearnedPollSchedule implements PollSchedule {
         schedule: undefined,
         computedAt: 0,
         tasks: 0,
+        spent: [],
       };
       this.#types.set(type, s);
     }
     return s;
   }
 
-  observe(type: CaptchaType, lowMs: number, highMs: number): void {
+  observe(type: CaptchaType, lowMs: number, highMs: number, calls?: number): void {
     if (!(highMs >= 0) || !Number.isFinite(highMs)) return;
-    this.#state(type).summary.add({ lowMs: Math.min(lowMs, highMs), highMs });
+    const s = this.#state(type);
+    s.summary.add({ lowMs: Math.min(lowMs, highMs), highMs });
+    if (s.schedule && calls !== undefined && calls >= 1) {
+      s.spent.push({ calls, expected: s.schedule.expectedCalls });
+      if (s.spent.length > SPENT_WINDOW) s.spent.shift();
+    }
+  }
+
+  /**
+   * How many times its schedule's expectation the type's recent learned tasks spent (1 until 16
+   * are known; never below 1). The estimate is censored and smoothed, and real calls are late by
+   * their round trips, so a schedule can spend more than it expects; the next one plans with the
+   * budget divided by this, and the mean budget holds as measured, not only as planned.
+   */
+  overspend(type: CaptchaType): number {
+    const spent = this.#types.get(type)?.spent ?? [];
+    if (spent.length < 16) return 1;
+    const calls = spent.reduce((sum, t) => sum + t.calls, 0);
+    const expected = spent.reduce((sum, t) => sum + t.expected, 0);
+    return expected > 0 ? Math.max(1, calls / expected) : 1;
   }
 
   /** The types this environment has planned or observed. */
@@ -332,8 +362,9 @@ export class LearnedPollSchedule implements PollSchedule {
       stepMs: step,
       maxPolls: this.#settings.maxPollsPerTask,
       // One call of the budget is kept back: the estimate, smoothed and censored, spreads answers
-      // wider than they are, and every `probeEvery`-th task polls once more than planned.
-      meanBudget: Math.max(1, this.#settings.meanBudget - BUDGET_MARGIN_CALLS),
+      // wider than they are, and every `probeEvery`-th task polls once more than planned. What the
+      // recent tasks spent beyond their schedule's expectation is taken off too.
+      meanBudget: Math.max(1, (this.#settings.meanBudget - BUDGET_MARGIN_CALLS) / this.overspend(type)),
       minGapMs: this.#settings.minGapMs,
     });
     return {

@@ -36,6 +36,11 @@ export const DEFAULTS = {
   oldestMessageAlarmSeconds: 3600,
   logRetentionDays: 30,
   outcomeStream: true,
+  /**
+   * How long after its start a worker invocation keeps taking the next message itself (the chain,
+   * functions/worker/chain.ts), seconds × timeScale; the stack adds it to the function timeout.
+   */
+  chainSeconds: 120,
   /** The worker's lease when LEASE_SECONDS is unset (the stack always sets it from the timeout). */
   leaseSeconds: 900,
   /** Visibility of a message returned for a retry, × TIME_SCALE, at least 1 s. */

@@ -2,16 +2,25 @@ import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { PipelineState } from '../pipeline/control.js';
 import { decideCrash } from '../records/decisions.js';
+import { deleteReceived, receiveNext } from './chain.js';
 import { applyDecision } from './effects.js';
 import { processRecord } from './record-flow.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
 /**
- * Works a batch strictly in order and returns the partial batch response.
+ * Works a batch in order, then (while the chain is open, ./chain.ts) the messages this invocation
+ * takes from the queue itself, and returns the partial batch response for the batch's own.
+ *
+ * One task at a time: the next record starts once the previous one's answer is in hand (its
+ * CaptchaAI thread is free) or the previous record has ended, whichever comes first; the previous
+ * record's POST and final write run beside the next one's claim and submit. At most two records
+ * are open at once.
  *
  * Pause semantics (the stop-class invariant). Before each record the pipeline state is read;
  * once it says paused, or a record of this batch hit a stop-class error, every later record
- * is returned as a batch item failure without any work (no claim, no page load, no solve).
+ * is returned as a batch item failure without any work (no claim, no page load, no solve), and
+ * the chain takes no more messages. A stop-class error comes only from CaptchaAI, before an
+ * answer, so the record that hit it has ended before any later record starts.
  * When THIS invocation paused the pipeline, those records' visibility is also reset to 0 so
  * they sit visible in the queue, ready for the resume; the mapping is disabled, so nothing
  * receives them meanwhile.
@@ -30,9 +39,24 @@ export async function processBatch(
   const failures: string[] = [];
   const untouched: SQSRecord[] = [];
   const retried: { record: SQSRecord; notBefore?: number }[] = [];
-  let paused: 'none' | 'observed' | 'by-us' = 'none';
+  // Widened, not narrowed to 'none': `account` sets it from the records' promises.
+  let paused = 'none' as 'none' | 'observed' | 'by-us';
+  let previous: Promise<void> = Promise.resolve();
+  let chained = 0;
+  const exchanges: Promise<unknown>[] = [];
+  const account = async (record: SQSRecord, own: boolean, result: RecordResult): Promise<void> => {
+    if (result.kind === 'retry') {
+      if (!own) failures.push(record.messageId);
+      retried.push({ record, notBefore: result.notBefore });
+    } else if (own) {
+      await deleteReceived(deps, record);
+    }
+    if (result.kind === 'stopped') paused = 'by-us';
+  };
   try {
-    for (const record of event.Records) {
+    for (let i = 0; ; i++) {
+      const own = i >= event.Records.length;
+      if (own && (paused !== 'none' || options.signal?.aborted || !chainOpen(options))) break;
       if (paused === 'none' && !options.signal?.aborted) {
         const state = await readStateSafely(deps);
         if (state.paused) {
@@ -42,28 +66,36 @@ export async function processBatch(
           });
         }
       }
+      if (own && paused !== 'none') break;
+      const record = own ? await receiveSafely(deps) : event.Records[i];
+      if (!record) break;
       if (paused !== 'none' || options.signal?.aborted) {
         failures.push(record.messageId);
         untouched.push(record);
         continue;
       }
-      let result: RecordResult;
-      try {
-        result = await processRecord(record, deps, options);
-      } catch (err) {
-        // An AWS call failed outside the mapping (claim, DLQ, delete): retry the message later.
-        deps.logger.error('record crashed; it will be retried', {
-          messageId: record.messageId,
-          ...errorSummary(err),
-        });
-        result = await applyDecision(decideCrash(), { record, deps, log: deps.logger });
-      }
-      if (result.kind === 'retry') {
-        failures.push(record.messageId);
-        retried.push({ record, notBefore: result.notBefore });
-      }
-      if (result.kind === 'stopped') paused = 'by-us';
+      if (own) chained++;
+      // Beside the record, when due (at most every 15 s, scaled): a chain runs for minutes, so
+      // an exchange only at the invocation's start would leave the environment learning alone.
+      const exchanged = deps.exchangeSolveTimes?.();
+      if (exchanged) exchanges.push(exchanged);
+      let answered!: () => void;
+      const answer = new Promise<void>((resolve) => {
+        answered = resolve;
+      });
+      const ended = workSafely(record, deps, { ...options, onAnswered: answered }).then((result) =>
+        account(record, own, result),
+      );
+      await Promise.race([answer, ended]);
+      await previous;
+      previous = ended;
     }
+    await previous;
+    if (exchanges.length > 0) {
+      const wait = new Promise((resolve) => setTimeout(resolve, EXCHANGE_WAIT_MS).unref());
+      await Promise.race([Promise.all(exchanges), wait]);
+    }
+    if (chained > 0) deps.logger.info('chain ended', { chainedRecords: chained });
     if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.
@@ -74,6 +106,41 @@ export async function processBatch(
   }
   return { batchItemFailures: failures.map((itemIdentifier) => ({ itemIdentifier })) };
 }
+
+/** Whether the invocation may still take a message itself (see ./chain.ts). */
+function chainOpen(options: ProcessOptions): boolean {
+  return options.chainUntil !== undefined && performance.now() < options.chainUntil;
+}
+
+/** The next message for the chain; a failed receive ends the chain (the mapping delivers it later). */
+async function receiveSafely(deps: WorkerDeps): Promise<SQSRecord | undefined> {
+  try {
+    return await receiveNext(deps);
+  } catch (err) {
+    deps.logger.warn('could not take the next message; the chain ends here', errorSummary(err));
+    return undefined;
+  }
+}
+
+/** One record to its result; a crash outside the mapping (claim, DLQ, delete) is retried later. */
+async function workSafely(
+  record: SQSRecord,
+  deps: WorkerDeps,
+  options: ProcessOptions,
+): Promise<RecordResult> {
+  try {
+    return await processRecord(record, deps, options);
+  } catch (err) {
+    deps.logger.error('record crashed; it will be retried', {
+      messageId: record.messageId,
+      ...errorSummary(err),
+    });
+    return applyDecision(decideCrash(), { record, deps, log: deps.logger });
+  }
+}
+
+/** After its records, the invocation waits at most this long for an exchange still under way. */
+const EXCHANGE_WAIT_MS = 2_000;
 
 /** SQS's longest visibility timeout. */
 const MAX_VISIBILITY_SECONDS = 43_200;

@@ -40,6 +40,11 @@ export interface WorkerConfig {
   solveTimesTable?: string;
   /** DNS servers that resolve target hosts (DNS_SERVERS, `ip[:port]` list; empty: the system resolver). */
   dnsServers: string[];
+  /**
+   * How long after its start an invocation keeps taking the next message itself (CHAIN_SECONDS,
+   * real time; 0: one batch per invocation). See ./chain.ts.
+   */
+  chainMs: number;
 }
 
 /**
@@ -91,5 +96,6 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
+    chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,
   };
 }

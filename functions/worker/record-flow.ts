@@ -257,6 +257,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
       throw err;
     }
     attempts = solved.submits;
+    options.onAnswered?.();
     // The task is answered, so its thread is free: a failed page load may now end the record.
     loadPage();
     await timing.time('target_ms', () => page as Promise<unknown>);

@@ -37,8 +37,9 @@ export interface WorkerDeps {
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
   warmUp?: () => Promise<void>;
   /**
-   * Shares this environment's solve times with the others' when it is due (run beside a batch,
-   * awaited after it; ../pipeline/solve-time-exchange.ts). Failures are logged, never fatal.
+   * Shares this environment's solve times with the others' when it is due (run beside each record,
+   * awaited, at most 2 s, before the invocation ends; ../pipeline/solve-time-exchange.ts). Failures
+   * are logged, never fatal.
    */
   exchangeSolveTimes?: () => Promise<unknown>;
 }
@@ -58,6 +59,13 @@ export interface ProcessOptions {
    * lease keeps redeliveries from solving it again until the lease expires.
    */
   signal?: AbortSignal;
+  /**
+   * Called once the record's CaptchaAI task is answered (its thread is free, the token in hand):
+   * the batch loop may then start the next record beside this one's POST (./chain.ts).
+   */
+  onAnswered?: () => void;
+  /** Until when (a `performance.now()` time) the invocation may take messages itself; unset: never. */
+  chainUntil?: number;
 }
 
 /** The fields a log line carries about an error (never its whole object: it may hold a request). */

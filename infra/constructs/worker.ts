@@ -58,6 +58,7 @@ export class Worker extends Construct {
       ALLOWED_HOSTS: config.allowedHosts.join(','),
       ...(config.dnsServers.length > 0 ? { DNS_SERVERS: config.dnsServers.join(',') } : {}),
       LEASE_SECONDS: String(config.leaseSeconds),
+      CHAIN_SECONDS: String(config.chainSeconds),
       TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
       TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
       COOLDOWN_MS: String(config.cooldownMs),

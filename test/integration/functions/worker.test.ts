@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
+import { DeleteMessageCommand, GetQueueAttributesCommand, type Message } from '@aws-sdk/client-sqs';
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -383,38 +383,146 @@ describe('worker against moto and the stand-ins', () => {
     expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('2'));
   });
 
-  it('with a revoked key and batch size 1, the other 9 messages are never received: their receive counts stay 0', async () => {
-    // Prepare: a poller that, like the SQS event source mapping, only polls while the mapping is enabled.
-    const s = await setup();
-    const keys = Array.from({ length: 10 }, () => newKey('revoked1'));
-    await sendJobs(
-      clients.sqs,
-      s.res.queueUrl,
-      keys.map((k) => flatJob(k)),
-    );
-    const submitsBefore = captcha.stats().submits;
-    captcha.setKeyRevoked(true);
-    let invocations = 0;
+  it.each([
+    ['one record per invocation', undefined],
+    ['the chain open', 60_000],
+  ] as const)(
+    'with a revoked key and batch size 1 (%s), the other 9 messages are never received: their receive counts stay 0',
+    async (_, chainMs) => {
+      // Prepare: a poller that, like the SQS event source mapping, only polls while the mapping is enabled.
+      const s = await setup();
+      const keys = Array.from({ length: 10 }, () => newKey('revoked1'));
+      await sendJobs(
+        clients.sqs,
+        s.res.queueUrl,
+        keys.map((k) => flatJob(k)),
+      );
+      const submitsBefore = captcha.stats().submits;
+      captcha.setKeyRevoked(true);
+      let invocations = 0;
+      try {
+        // Act
+        while ((await mappingState(clients.lambda, s.res.mappingUuid)) === 'Enabled' && invocations < 10) {
+          const one = await receive(clients.sqs, s.res.queueUrl, 1);
+          if (one.length === 0) break;
+          invocations++;
+          await deliver(s, s.instance(), one, chainMs ? { chainUntil: performance.now() + chainMs } : {});
+        }
+      } finally {
+        captcha.setKeyRevoked(false);
+      }
+      // Assess
+      expect(invocations).toBe(1);
+      expect(captcha.stats().submits - submitsBefore).toBe(1);
+      expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe('Disabled');
+      expect(await receiveAll(clients.sqs, s.res.dlqUrl, 1)).toHaveLength(1);
+      // This look is their first receive ever: count 1 means nobody had received them before.
+      const left = await receiveAll(clients.sqs, s.res.queueUrl, 9);
+      expect(left).toHaveLength(9);
+      expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('1'));
+    },
+  );
+
+  it('chains: after its batch of 1 an invocation takes the queue’s other messages itself, one task at a time on a 1-thread plan, each next in.php before the previous POST is answered', async () => {
+    // Prepare: a plan of ONE thread (a second task in flight would get ERROR_ZERO_BALANCE) and a
+    // form whose POST answers after 400 ms, so a next task submitted beside a POST shows on the wire.
+    const plan = await startCaptchaStandin({
+      threads: 1,
+      apiKey: TEST_API_KEY,
+      timeScale: TEST_TIME_SCALE,
+      latency: { recaptcha_v2: { minMs: 100, maxMs: 200 } },
+    });
+    const slowForm = await startTargetStandin({ captchaUrl: plan.url, postDelayMs: 400 });
     try {
+      const s = await setup({ CAPTCHAAI_URL: plan.url });
+      const keys = Array.from({ length: 4 }, () => newKey('chain'));
+      const urlOf = (key: string) => `${slowForm.url}/form/${key}`;
+      const job = (key: string) =>
+        JSON.stringify({
+          record_key: key,
+          sitekey: slowForm.sitekey,
+          pageurl: urlOf(key),
+          submit_url: urlOf(key),
+        });
+      await sendJobs(clients.sqs, s.res.queueUrl, keys.map(job));
+      const first = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+
       // Act
-      while ((await mappingState(clients.lambda, s.res.mappingUuid)) === 'Enabled' && invocations < 10) {
-        const one = await receive(clients.sqs, s.res.queueUrl, 1);
-        if (one.length === 0) break;
-        invocations++;
-        await deliver(s, s.instance(), one);
+      const out = await deliver(s, s.instance(), first, { chainUntil: performance.now() + 60_000 });
+
+      // Assess: every record solved once and posted once, one task at a time, the queue empty.
+      expect(out.batchItemFailures).toEqual([]);
+      const stats = plan.stats();
+      expect(stats.submits).toBe(4);
+      expect(stats.maxInFlight).toBe(1);
+      expect(stats.zeroBalance).toBe(0);
+      expect(slowForm.stats().acceptedTotal).toBe(4);
+      expect(Object.values(slowForm.stats().accepted)).toEqual([1, 1, 1, 1]);
+      for (const key of keys) {
+        expect(await s.store.get(key)).toMatchObject({ status: 'submitted', attempts: 1 });
+      }
+      expect(await receive(clients.sqs, s.res.queueUrl, 10)).toEqual([]);
+      // In the order they were worked, each later record's in.php reached the plan before the
+      // previous record's POST was answered: its task ran beside that POST.
+      const submittedAt = (key: string) => plan.submitTimes(urlOf(key))[0] ?? Number.NaN;
+      const order = [...keys].sort((a, b) => submittedAt(a) - submittedAt(b));
+      const answeredAt = new Map(
+        slowForm
+          .events()
+          .entries.filter((e) => e.kind === 'post')
+          .map((e) => [e.record, e.t]),
+      );
+      for (let i = 1; i < order.length; i++) {
+        expect(submittedAt(order[i] as string)).toBeLessThan(answeredAt.get(order[i - 1] as string) ?? 0);
       }
     } finally {
-      captcha.setKeyRevoked(false);
+      await slowForm.close();
+      await plan.close();
     }
-    // Assess
-    expect(invocations).toBe(1);
-    expect(captcha.stats().submits - submitsBefore).toBe(1);
-    expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe('Disabled');
-    expect(await receiveAll(clients.sqs, s.res.dlqUrl, 1)).toHaveLength(1);
-    // This look is their first receive ever: count 1 means nobody had received them before.
-    const left = await receiveAll(clients.sqs, s.res.queueUrl, 9);
-    expect(left).toHaveLength(9);
-    expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(Array(9).fill('1'));
+  });
+
+  it('chains: a message the invocation took itself that meets a live lease stays in the queue (hidden until the lease ends), not deleted', async () => {
+    // Prepare: B is claimed by another invocation whose lease is live.
+    const s = await setup();
+    const [a, b] = [newKey('chain-a'), newKey('chain-b')];
+    await s.store.claim(b, { owner: 'someone-else', leaseMs: 60_000, captchaType: 'recaptcha_v2' });
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(a)]);
+    const first = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(b)]);
+    const submitsBefore = submitsFor(b);
+
+    // Act
+    await deliver(s, s.instance(), first, { chainUntil: performance.now() + 60_000 });
+
+    // Assess: A done and deleted; B not solved, its row untouched, its message kept out of sight.
+    expect(await s.store.get(a)).toMatchObject({ status: 'submitted' });
+    expect(submitsFor(b) - submitsBefore).toBe(0);
+    expect(await s.store.get(b)).toMatchObject({ status: 'in_progress', lease_owner: 'someone-else' });
+    const attrs = await clients.sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: s.res.queueUrl,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+      }),
+    );
+    expect(attrs.Attributes).toMatchObject({
+      ApproximateNumberOfMessages: '0',
+      ApproximateNumberOfMessagesNotVisible: '1',
+    });
+  });
+
+  it('chains only while the chain is open: without chainUntil, or once it has passed, the other messages stay in the queue', async () => {
+    const s = await setup();
+    const keys = [newKey('nochain'), newKey('nochain')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(keys[0] as string)]);
+    const first = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(keys[1] as string)]);
+
+    await deliver(s, s.instance(), first, { chainUntil: performance.now() - 1 });
+
+    expect(await s.store.get(keys[0] as string)).toMatchObject({ status: 'submitted' });
+    expect(await s.store.get(keys[1] as string)).toBeUndefined();
+    const left = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(['1']);
   });
 
   it('warms up ahead of its first record (state, key, table), never fails doing so, and the first record reads no secret again', async () => {

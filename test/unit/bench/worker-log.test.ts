@@ -59,6 +59,29 @@ describe('parseFunctionLog', () => {
     });
   });
 
+  it('splits an invocation that worked a chain into one entry per record whose durations add up to it', () => {
+    // Prepare: one invocation, three records (functions/worker/chain.ts), outcome lines at 5 s, 9 s, 12 s.
+    const at = (s: number) => `2026-11-30T10:00:${String(s).padStart(2, '0')}.000Z`;
+    const line = (s: number, key: string) =>
+      `${at(s)} envC ${JSON.stringify({ message: 'outcome', timestamp: at(s), function_request_id: 'c1', recordKey: key, status: 'submitted', solve_ms: 3000, target_ms: 200 })}`;
+    const log = [
+      `${at(0)} envC START RequestId: c1`,
+      line(5, 'k1'),
+      line(9, 'k2'),
+      line(12, 'k3'),
+      `${at(13)} envC END RequestId: c1 Duration: 13000 ms`,
+    ].join('\n');
+
+    // Act
+    const entries = parseFunctionLog(log);
+
+    // Assess
+    expect(entries.map((e) => e.outcome?.recordKey)).toEqual(['k1', 'k2', 'k3']);
+    expect(entries.map((e) => e.durationMs)).toEqual([5000, 4000, 4000]);
+    expect(entries.map((e) => e.firstInEnvironment)).toEqual([true, false, false]);
+    expect(new Set(entries.map((e) => e.requestId)).size).toBe(3);
+  });
+
   it('marks the first invocation of each execution environment', () => {
     // Act
     const invocations = parseFunctionLog(LOG);

@@ -84,7 +84,11 @@ describe('ThreadgateStack with default settings', () => {
       cooldownMs: stack.config.cooldownMs,
     });
     expect(worstCaseAttemptMs(stack.config)).toBe(worst);
-    expect(fn.Properties.Timeout).toBe(Math.ceil(worst / 1000));
+    // Plus the chain's window (120 s at time scale 1), which the worker is told.
+    expect(stack.config.chainSeconds).toBe(120);
+    expect(fn.Properties.Timeout).toBe(Math.ceil(worst / 1000) + 120);
+    const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env.CHAIN_SECONDS).toBe('120');
     // Within Lambda's 900 s at the defaults, with the lease beyond it.
     expect(fn.Properties.Timeout as number).toBeLessThanOrEqual(900);
     expect(stack.config.leaseSeconds).toBeGreaterThan(fn.Properties.Timeout as number);
@@ -309,6 +313,7 @@ describe('ThreadgateStack with default settings', () => {
         'TIME_SCALE',
         'ALLOWED_HOSTS',
         'LEASE_SECONDS',
+        'CHAIN_SECONDS',
         'TRANSIENT_RECEIVE_LIMIT',
         'TARGET_TIMEOUT_MS',
         'COOLDOWN_MS',
@@ -627,9 +632,9 @@ describe('ThreadgateStack with other settings', () => {
     const template = Template.fromStack(stack);
     // The worker's worst case at these settings: CaptchaAI's waits × 0.01, its HTTP calls at their
     // 2 s real-time floor, the 1 s target calls, the 0.5 s cool-down and the real-time allowances.
-    const timeout = Math.ceil(
-      worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 1000, cooldownMs: 500 }) / 1000,
-    );
+    // Plus the chain's 120 s × 0.01, rounded up.
+    const timeout =
+      Math.ceil(worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 1000, cooldownMs: 500 }) / 1000) + 2;
     expect(timeout).toBeGreaterThan(60);
     template.hasResourceProperties('AWS::Lambda::Function', {
       FunctionName: 'Tg-staging-worker',

@@ -237,6 +237,25 @@ describe('poll schedules', () => {
     expect(Math.min(...firsts)).toBeLessThan(Math.max(...firsts) / 1.5);
   });
 
+  it('plans with less of the budget once its tasks spend more calls than their schedule expected', () => {
+    // Prepare: two environments that see the same answers; one is told each task took twice the
+    // calls its schedule expected (late round trips, a wrong estimate), the other the truth.
+    const honest = new LearnedPollSchedule(DEFAULT_TIMINGS);
+    const over = new LearnedPollSchedule(DEFAULT_TIMINGS);
+    const expectedOf = (s: LearnedPollSchedule) => s.scheduleOf('recaptcha_v2')?.expectedCalls ?? 0;
+    for (let i = 0; i < 40; i++) {
+      const ready = 8_000 + (i % 10) * 1_500;
+      for (const s of [honest, over]) s.planFor('recaptcha_v2');
+      honest.observe('recaptcha_v2', ready - 500, ready, Math.round(expectedOf(honest)) || 1);
+      over.observe('recaptcha_v2', ready - 500, ready, 2 * (Math.round(expectedOf(over)) || 1));
+    }
+
+    // Assess: the first keeps planning near the budget less its margin; the second about half.
+    expect(honest.overspend('recaptcha_v2')).toBeLessThan(1.2);
+    expect(over.overspend('recaptcha_v2')).toBeGreaterThan(1.6);
+    expect(expectedOf(over)).toBeLessThan(0.75 * expectedOf(honest));
+  });
+
   it('keeps types apart', () => {
     const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
     for (let i = 0; i < 10; i++) schedule.observe('turnstile', 0, 2_000);

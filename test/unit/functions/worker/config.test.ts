@@ -80,6 +80,13 @@ describe('worker config', () => {
     );
   });
 
+  it('reads CHAIN_SECONDS as the chain window in ms: none when unset, refused below 0 or above 900', () => {
+    expect(readWorkerConfig(env).chainMs).toBe(0);
+    expect(readWorkerConfig({ ...env, CHAIN_SECONDS: '1.2' }).chainMs).toBe(1200);
+    expect(() => readWorkerConfig({ ...env, CHAIN_SECONDS: '-1' })).toThrow(/^CHAIN_SECONDS/);
+    expect(() => readWorkerConfig({ ...env, CHAIN_SECONDS: '901' })).toThrow(/^CHAIN_SECONDS/);
+  });
+
   it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {
     expect(readWorkerConfig({ ...env, TIME_SCALE: '1' }).retryDelaySeconds).toBe(30);
     expect(readWorkerConfig({ ...env, TIME_SCALE: '0.01' }).retryDelaySeconds).toBe(1);

@@ -6,12 +6,14 @@ import { localSettings } from '../../../../local/stack/local-stack.js';
 const BASE = { threads: 8, reserve: 2, timeScale: 0.01, captchaaiUrl: 'http://127.0.0.1:9' };
 
 describe('the local stack settings', () => {
-  it("deploy a worker timeout that is the worker's worst case, and a visibility timeout of 1.5 × it", () => {
+  it("deploy a worker timeout that is the worker's worst case plus the chain, and a visibility timeout of 1.5 × it", () => {
     const settings = localSettings(BASE);
     const config = resolveConfig(settings);
     expect(config.workerTimeoutSeconds).toBe(
-      Math.ceil(worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 5000, cooldownMs: 600 }) / 1000),
+      // The chain's 120 s × 0.01, rounded up.
+      Math.ceil(worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 5000, cooldownMs: 600 }) / 1000) + 2,
     );
+    expect(config.chainSeconds).toBe(1.2);
     expect(config.visibilityTimeoutSeconds).toBe(Math.ceil(1.5 * config.workerTimeoutSeconds));
     expect(config.leaseSeconds).toBeGreaterThan(config.workerTimeoutSeconds);
   });

@@ -1,0 +1,66 @@
+import { DeleteMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import type { SQSRecord } from 'aws-lambda';
+import { errorSummary, type WorkerDeps } from './types.js';
+
+/**
+ * The chain: an invocation whose record's answer is in hand takes the next message from the queue
+ * itself and submits its task while the previous record's form POST and final write are still
+ * under way. The CaptchaAI thread is free once the answer is read, so the slot starts its next
+ * task at once instead of holding no task through the POST, the final write and the gap to the
+ * next invocation. One task at a time per invocation, as before: the next in.php follows the
+ * previous task's answer (or the previous record's end), so in flight stays within the cap.
+ * How long an invocation chains is bounded (CHAIN_SECONDS, and never while fewer than a record's
+ * worst case is left before its timeout); the stack adds that window to the function timeout.
+ *
+ * Messages received here are this invocation's own: the event source mapping never saw them, so
+ * the worker deletes them when they are done and sets their visibility when they are retried.
+ */
+
+/** One message from the jobs queue in Lambda's record shape, or undefined when none is visible. */
+export async function receiveNext(deps: WorkerDeps): Promise<SQSRecord | undefined> {
+  const out = await deps.sqs.send(
+    new ReceiveMessageCommand({
+      QueueUrl: deps.config.queueUrl,
+      MaxNumberOfMessages: 1,
+      WaitTimeSeconds: 0,
+      MessageSystemAttributeNames: ['All'],
+      MessageAttributeNames: ['All'],
+    }),
+  );
+  const m = out.Messages?.[0];
+  if (!m?.MessageId || !m.ReceiptHandle) return undefined;
+  const attributes = m.Attributes ?? {};
+  return {
+    messageId: m.MessageId,
+    receiptHandle: m.ReceiptHandle,
+    body: m.Body ?? '',
+    attributes: {
+      ApproximateReceiveCount: attributes.ApproximateReceiveCount ?? '1',
+      SentTimestamp: attributes.SentTimestamp ?? '',
+      SenderId: attributes.SenderId ?? '',
+      ApproximateFirstReceiveTimestamp: attributes.ApproximateFirstReceiveTimestamp ?? '',
+    },
+    messageAttributes: {},
+    md5OfBody: m.MD5OfBody ?? '',
+    eventSource: 'aws:sqs',
+    eventSourceARN: deps.config.queueArn,
+    awsRegion: deps.config.queueArn.split(':')[3] ?? '',
+  };
+}
+
+/**
+ * Deletes a message this invocation received itself and finished. Not fatal when it fails: the
+ * message comes back after its visibility timeout and meets its final row (a duplicate, deleted).
+ */
+export async function deleteReceived(deps: WorkerDeps, record: SQSRecord): Promise<void> {
+  try {
+    await deps.sqs.send(
+      new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
+    );
+  } catch (err) {
+    deps.logger.warn('could not delete a finished message; it comes back as a duplicate', {
+      messageId: record.messageId,
+      ...errorSummary(err),
+    });
+  }
+}
