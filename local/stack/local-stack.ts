@@ -112,6 +112,12 @@ export interface LocalStack<Standin extends CaptchaStandin | undefined = Captcha
 /** A local stack with its own CaptchaAI stand-in or with an external server. */
 export type AnyLocalStack = LocalStack<CaptchaStandin | undefined>;
 
+/**
+ * Local visibility timeout beyond the lease: the claim is made a moment after the receive (the
+ * invocation's start, a cold environment's set-up), so the message must not return before it ends.
+ */
+export const LEASE_MARGIN_SECONDS = 5;
+
 /** The stack settings the local stack deploys with (stand-in URL and the time-scaled waits). */
 export function localSettings(o: {
   threads: number;
@@ -139,11 +145,12 @@ export function localSettings(o: {
     ...o.extra,
   };
   // A runtime killed on purpose (the crash and chaos runs) leaves its messages invisible for the
-  // visibility timeout; 1.5 × the worker timeout (not AWS's 6 ×: nothing throttles here) brings
-  // them back sooner. The worker timeout is the worst case these settings give.
+  // visibility timeout. Here (not AWS's 6 × the timeout: nothing throttles locally) they come back
+  // LEASE_MARGIN_SECONDS after the lease, which outlasts the worker timeout: the returning message
+  // finds its killed claim expired and is worked at once, instead of waiting out a longer timeout.
   if (settings.visibilityTimeoutSeconds === undefined) {
-    const { workerTimeoutSeconds } = resolveConfig(settings as ThreadgateSettings);
-    settings.visibilityTimeoutSeconds = Math.ceil(1.5 * workerTimeoutSeconds);
+    const { leaseSeconds } = resolveConfig(settings as ThreadgateSettings);
+    settings.visibilityTimeoutSeconds = leaseSeconds + LEASE_MARGIN_SECONDS;
   }
   return settings;
 }

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { worstCaseRecordMs } from '../../../../functions/worker/worst-case.js';
 import { resolveConfig } from '../../../../infra/config.js';
-import { localSettings } from '../../../../local/stack/local-stack.js';
+import { LEASE_MARGIN_SECONDS, localSettings } from '../../../../local/stack/local-stack.js';
 
 const BASE = { threads: 8, reserve: 2, timeScale: 0.01, captchaaiUrl: 'http://127.0.0.1:9' };
 
 describe('the local stack settings', () => {
-  it("deploy a worker timeout that is the worker's worst case plus the chain, and a visibility timeout of 1.5 × it", () => {
+  it("deploy a worker timeout that is the worker's worst case plus the chain, and a visibility timeout just beyond the lease", () => {
     const settings = localSettings(BASE);
     const config = resolveConfig(settings);
     expect(config.workerTimeoutSeconds).toBe(
@@ -14,7 +14,7 @@ describe('the local stack settings', () => {
       Math.ceil(worstCaseRecordMs({ timeScale: 0.01, targetTimeoutMs: 5000, cooldownMs: 600 }) / 1000) + 2,
     );
     expect(config.chainSeconds).toBe(1.2);
-    expect(config.visibilityTimeoutSeconds).toBe(Math.ceil(1.5 * config.workerTimeoutSeconds));
+    expect(config.visibilityTimeoutSeconds).toBe(config.leaseSeconds + LEASE_MARGIN_SECONDS);
     expect(config.leaseSeconds).toBeGreaterThan(config.workerTimeoutSeconds);
   });
 
