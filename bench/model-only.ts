@@ -54,7 +54,7 @@ export function formatModel(m: ReturnType<typeof benchModel>): string {
       .join(' ')}`,
     `limit (ideal client on these draws): ${f(limit)}`,
   ];
-  for (const [mode, r] of Object.entries(schedules) as [string, ModelFigures['schedules']['static']][]) {
+  for (const [mode, r] of Object.entries(schedules)) {
     lines.push(
       `${mode.padEnd(7)} schedule: ${f(r.efficiency)} = ${f(r.efficiency / limit)} of the limit; ${f(r.resPhpPerSolve, 2)} res.php per solve (max ${r.resPhpMaxPerTask}), mean wait ${f(r.meanWaitMs, 0)} ms, ${r.timedOut} read at no poll`,
     );

@@ -1,4 +1,4 @@
-import { DeleteMessageCommand, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { DeleteMessageCommand, type Message, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { errorSummary, type WorkerDeps } from './types.js';
 
@@ -29,23 +29,36 @@ export async function receiveNext(deps: WorkerDeps): Promise<SQSRecord | undefin
   );
   const m = out.Messages?.[0];
   if (!m?.MessageId || !m.ReceiptHandle) return undefined;
-  const attributes = m.Attributes ?? {};
+  return toSqsRecord(m, deps.config.queueArn, deps.config.queueArn.split(':')[3] ?? '');
+}
+
+/**
+ * Lambda's SQS record shape for one received message (the local runtime's poller builds its
+ * events with it too, local/runtime/pollers/sqs-event.ts).
+ */
+export function toSqsRecord(message: Message, queueArn: string, region: string): SQSRecord {
+  const messageAttributes: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
+    messageAttributes[name] = {
+      stringValue: value.StringValue,
+      binaryValue: value.BinaryValue ? Buffer.from(value.BinaryValue).toString('base64') : undefined,
+      stringListValues: value.StringListValues ?? [],
+      binaryListValues: (value.BinaryListValues ?? []).map((b) => Buffer.from(b).toString('base64')),
+      dataType: value.DataType,
+    };
+  }
   return {
-    messageId: m.MessageId,
-    receiptHandle: m.ReceiptHandle,
-    body: m.Body ?? '',
-    attributes: {
-      ApproximateReceiveCount: attributes.ApproximateReceiveCount ?? '1',
-      SentTimestamp: attributes.SentTimestamp ?? '',
-      SenderId: attributes.SenderId ?? '',
-      ApproximateFirstReceiveTimestamp: attributes.ApproximateFirstReceiveTimestamp ?? '',
-    },
-    messageAttributes: {},
-    md5OfBody: m.MD5OfBody ?? '',
+    messageId: message.MessageId,
+    receiptHandle: message.ReceiptHandle,
+    body: message.Body ?? '',
+    attributes: { ...(message.Attributes ?? {}) },
+    messageAttributes,
+    md5OfBody: message.MD5OfBody,
+    ...(message.MD5OfMessageAttributes ? { md5OfMessageAttributes: message.MD5OfMessageAttributes } : {}),
     eventSource: 'aws:sqs',
-    eventSourceARN: deps.config.queueArn,
-    awsRegion: deps.config.queueArn.split(':')[3] ?? '',
-  };
+    eventSourceARN: queueArn,
+    awsRegion: region,
+  } as unknown as SQSRecord;
 }
 
 /**

@@ -1,33 +1,9 @@
-import type { Message } from '@aws-sdk/client-sqs';
 import type { InvokeResult } from '../types.js';
 
 /** Lambda's SQS contract on both sides of an invocation: the event's records and the partial batch response. */
 
-/** Lambda's SQS record shape for one received message. */
-export function toSqsRecord(message: Message, queueArn: string, region: string): Record<string, unknown> {
-  const messageAttributes: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
-    messageAttributes[name] = {
-      stringValue: value.StringValue,
-      binaryValue: value.BinaryValue ? Buffer.from(value.BinaryValue).toString('base64') : undefined,
-      stringListValues: value.StringListValues ?? [],
-      binaryListValues: (value.BinaryListValues ?? []).map((b) => Buffer.from(b).toString('base64')),
-      dataType: value.DataType,
-    };
-  }
-  return {
-    messageId: message.MessageId,
-    receiptHandle: message.ReceiptHandle,
-    body: message.Body ?? '',
-    attributes: { ...(message.Attributes ?? {}) },
-    messageAttributes,
-    md5OfBody: message.MD5OfBody,
-    ...(message.MD5OfMessageAttributes ? { md5OfMessageAttributes: message.MD5OfMessageAttributes } : {}),
-    eventSource: 'aws:sqs',
-    eventSourceARN: queueArn,
-    awsRegion: region,
-  };
-}
+/** Lambda's SQS record shape for one received message: the worker's own (its chain receives too). */
+export { toSqsRecord } from '../../../functions/worker/chain.js';
 
 /**
  * Which messages of a batch succeeded, by Lambda's rules for partial batch responses: with
