@@ -5,6 +5,7 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
+import { awsClientOptions } from './common/aws-clients.js';
 import {
   type AdjustCapResult,
   adjustCap,
@@ -20,9 +21,9 @@ import { ApiKeySource } from './pipeline/secret.js';
  */
 const logger = new Logger();
 const metrics = new Metrics();
-const lambda = new LambdaClient({});
-const ssm = new SSMClient({});
-const secrets = new SecretsManagerClient({});
+const lambda = new LambdaClient(awsClientOptions());
+const ssm = new SSMClient(awsClientOptions());
+const secrets = new SecretsManagerClient(awsClientOptions());
 
 let config: CapAdjusterConfig | undefined;
 let control: PipelineControl | undefined;

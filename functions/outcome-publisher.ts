@@ -2,6 +2,7 @@ import { Logger } from '@aws-lambda-powertools/logger';
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, SQSClient } from '@aws-sdk/client-sqs';
 import type { DynamoDBBatchResponse, DynamoDBRecord, DynamoDBStreamEvent } from 'aws-lambda';
+import { awsClientOptions } from './common/aws-clients.js';
 import { ConfigError } from './common/errors.js';
 import { ENDED_STATUSES, OUTCOME_FIELDS } from './records/fields.js';
 
@@ -147,7 +148,7 @@ let moduleDeps: PublisherDeps | undefined;
 export const handler = async (event: DynamoDBStreamEvent): Promise<DynamoDBBatchResponse> => {
   moduleDeps ??= {
     ...readPublisherConfig(process.env),
-    sqs: new SQSClient({}),
+    sqs: new SQSClient(awsClientOptions()),
     logger: new Logger({
       serviceName: process.env.POWERTOOLS_SERVICE_NAME ?? 'threadgate-outcome-publisher',
     }),

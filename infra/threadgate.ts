@@ -70,7 +70,7 @@ export interface ThreadgateProps {
    * record per invocation). Added to the default timeout within Lambda's 900 s. @default 120 × timeScale
    */
   readonly chainSeconds?: number;
-  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (772 s) plus chainSeconds (892 s at the defaults), at least 10, at most 900 */
+  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (751 s) plus chainSeconds (871 s at the defaults), at least 10, at most 900 */
   readonly workerTimeoutSeconds?: number;
   /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 256 */
   readonly workerMemoryMb?: number;

@@ -8,6 +8,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
+import { DEFAULTS } from '../common/settings.js';
 import {
   AnswerUnreadableError,
   classify,
@@ -23,8 +24,17 @@ import {
 import { postForm, sleep } from './http.js';
 import { type PollSchedule, staticPollSchedule } from './poll-schedule.js';
 import { resolveTimings, type SolveTimings, type SolveTimingsOverrides } from './timings.js';
-import type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
+import {
+  type CaptchaTask,
+  type CaptchaType,
+  type ClientEvent,
+  freshSolveBudget,
+  type SolveOptions,
+  type SolveResult,
+  type ThreadsInfo,
+} from './types.js';
 
+export { classify, taskParams } from './answers.js';
 export {
   DEFAULT_TIMINGS,
   pollWaitMs,
@@ -35,12 +45,8 @@ export {
   TIMING_ENV,
   TOKEN_LIFETIME_MS,
 } from './timings.js';
-
-import { DEFAULTS } from '../common/settings.js';
-
-export { classify, taskParams } from './answers.js';
 export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
-export { CAPTCHA_TYPES } from './types.js';
+export { CAPTCHA_TYPES, freshSolveBudget, type SolveBudget, type SolveOptions } from './types.js';
 
 /**
  * The `res.php` action that reports plan capacity. The seed article documents it; CaptchaAI's
@@ -87,22 +93,6 @@ interface SolveState {
   /** Rate-limit answers in a row (the back-off doubles with each). */
   rateLimitsInARow: number;
   readonly onSubmitted: ((taskId: string, submits: number) => void) | undefined;
-}
-
-export interface SolveOptions {
-  signal?: AbortSignal;
-  /**
-   * Called when in.php accepted a task (again after an UNSOLVABLE resubmission), so the caller can
-   * work while CaptchaAI solves, e.g. load the page. `submits`: in.php calls of this solve so far,
-   * this one included. Exceptions it throws are ignored.
-   */
-  onSubmitted?: (taskId: string, submits: number) => void;
-  /**
-   * A task an earlier attempt submitted (and recorded) at `submittedAt` (epoch ms): it is polled
-   * until its deadline instead of submitting another. An UNSOLVABLE answer still gets its one
-   * fresh resubmission.
-   */
-  resume?: { taskId: string; submittedAt: number };
 }
 
 /**
@@ -177,13 +167,14 @@ export class CaptchaAiClient {
    */
   async solve(task: CaptchaTask, o: SolveOptions = {}): Promise<SolveResult> {
     const started = this.#now();
+    const spent = o.budget ?? freshSolveBudget();
     const state: SolveState = {
       captchaType: task.type,
       signal: o.signal,
-      submits: 0,
-      retriesUsed: 0,
-      resubmitted: false,
-      idleRechecked: false,
+      submits: spent.submits,
+      retriesUsed: spent.retriesUsed,
+      resubmitted: spent.resubmitted,
+      idleRechecked: spent.idleRechecked,
       taskId: undefined,
       polls: 0,
       pollsTotal: 0,
@@ -245,6 +236,13 @@ export class CaptchaAiClient {
         });
       }
       throw err;
+    } finally {
+      Object.assign(spent, {
+        submits: state.submits,
+        retriesUsed: state.retriesUsed,
+        resubmitted: state.resubmitted,
+        idleRechecked: state.idleRechecked,
+      });
     }
   }
 
@@ -395,6 +393,7 @@ export class CaptchaAiClient {
           scheduled === undefined
             ? `after ${state.polls} res.php calls (the budget per task)`
             : `within ${deadlineMs} ms`;
+        this.#schedule.unanswered?.(type, state.polls);
         throw new PollTimeoutError(
           'POLL_TIMEOUT',
           `no answer for task ${taskId} ${why}; the task may still hold a CaptchaAI thread`,

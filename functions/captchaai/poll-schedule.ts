@@ -71,6 +71,12 @@ export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {
 
 /** Learned tasks per type whose calls the overspend estimate rests on. */
 const SPENT_WINDOW = 64;
+/**
+ * Tasks on budget the overspend estimate starts from: it counts from the first learned task
+ * (a schedule built on bad shared answers overspends from its first task on), and a few
+ * assumed-on-budget tasks keep one slow answer from halving the next schedule's budget alone.
+ */
+const SPENT_PRIOR_TASKS = 4;
 
 /** Calls of the mean budget the learned schedule does not plan with (see LearnedPollSchedule). */
 export const BUDGET_MARGIN_CALLS = 1;
@@ -125,6 +131,11 @@ export interface PollSchedule {
    * by its `calls`-th res.php call (when known).
    */
   observe(type: CaptchaType, lowMs: number, highMs: number, calls?: number): void;
+  /**
+   * A task of `type` ended without an answer (its deadline, or the end of its calls) after
+   * `calls` res.php calls: they count against the budget like an answered task's.
+   */
+  unanswered?(type: CaptchaType, calls: number): void;
 }
 
 export type ScheduleTimings = Pick<
@@ -254,24 +265,34 @@ export class LearnedPollSchedule implements PollSchedule {
     if (!(highMs >= 0) || !Number.isFinite(highMs)) return;
     const s = this.#state(type);
     s.summary.add({ lowMs: Math.min(lowMs, highMs), highMs });
-    if (s.schedule && calls !== undefined && calls >= 1) {
-      s.spent.push({ calls, expected: s.schedule.expectedCalls });
-      if (s.spent.length > SPENT_WINDOW) s.spent.shift();
-    }
+    if (calls !== undefined) this.#spend(s, calls);
+  }
+
+  unanswered(type: CaptchaType, calls: number): void {
+    this.#spend(this.#state(type), calls);
+  }
+
+  /** Counts a learned task's res.php calls against what its schedule expected. */
+  #spend(s: TypeState, calls: number): void {
+    if (!s.schedule || !(calls >= 1)) return;
+    s.spent.push({ calls, expected: s.schedule.expectedCalls });
+    if (s.spent.length > SPENT_WINDOW) s.spent.shift();
   }
 
   /**
-   * How many times its schedule's expectation the type's recent learned tasks spent (1 until 16
-   * are known; never below 1). The estimate is censored and smoothed, and real calls are late by
-   * their round trips, so a schedule can spend more than it expects; the next one plans with the
-   * budget divided by this, and the mean budget holds as measured, not only as planned.
+   * How many times its schedule's expectation the type's recent learned tasks spent, answered or
+   * not (never below 1; SPENT_PRIOR_TASKS on-budget tasks weigh in beside them). The estimate is
+   * censored and smoothed, and real calls are late by their round trips, so a schedule can spend
+   * more than it expects; the next one plans with the budget divided by this, and the mean budget
+   * holds as measured, not only as planned.
    */
   overspend(type: CaptchaType): number {
     const spent = this.#types.get(type)?.spent ?? [];
-    if (spent.length < 16) return 1;
+    if (spent.length === 0) return 1;
     const calls = spent.reduce((sum, t) => sum + t.calls, 0);
     const expected = spent.reduce((sum, t) => sum + t.expected, 0);
-    return expected > 0 ? Math.max(1, calls / expected) : 1;
+    const prior = (SPENT_PRIOR_TASKS * expected) / spent.length;
+    return expected > 0 ? Math.max(1, (calls + prior) / (expected + prior)) : 1;
   }
 
   /** The types this environment has planned or observed. */

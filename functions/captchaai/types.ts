@@ -100,3 +100,38 @@ export type ClientEvent =
       submits: number;
       taskId?: string;
     };
+
+/** What one record's solve may spend, shared by every call of it (see SolveOptions.budget). */
+export interface SolveBudget {
+  submits: number;
+  retriesUsed: number;
+  resubmitted: boolean;
+  idleRechecked: boolean;
+}
+
+/** A budget nothing has been spent of. */
+export function freshSolveBudget(): SolveBudget {
+  return { submits: 0, retriesUsed: 0, resubmitted: false, idleRechecked: false };
+}
+
+export interface SolveOptions {
+  signal?: AbortSignal;
+  /**
+   * Called when in.php accepted a task (again after an UNSOLVABLE resubmission), so the caller can
+   * work while CaptchaAI solves, e.g. load the page. `submits`: in.php calls of this solve so far,
+   * this one included. Exceptions it throws are ignored.
+   */
+  onSubmitted?: (taskId: string, submits: number) => void;
+  /**
+   * A task an earlier attempt submitted (and recorded) at `submittedAt` (epoch ms): it is polled
+   * until its deadline instead of submitting another. An UNSOLVABLE answer still gets its one
+   * fresh resubmission.
+   */
+  resume?: { taskId: string; submittedAt: number };
+  /**
+   * The budget an earlier call for the same record already spent (in.php calls, transient
+   * retries, the UNSOLVABLE resubmission, the idle-threads re-check): this call continues it and
+   * leaves it spent as it ends, so a call repeated with a rotated key gets no fresh budget.
+   */
+  budget?: SolveBudget;
+}

@@ -1,26 +1,57 @@
 /**
  * The options every AWS SDK client of the functions is built with. The worker's worst case
- * (functions/worker/worst-case.ts) allows a bounded time per AWS call, its retries included;
- * without a request timeout and a bounded number of attempts that allowance would be an
- * assumption, and a hung call would stall an invocation until Lambda kills it.
+ * (functions/worker/worst-case.ts) allows AWS_CALL_MS per AWS call, its retries included; the
+ * request timeout and the bounded attempts are what make that allowance hold, so a hung call
+ * fails in bounded time instead of stalling an invocation until Lambda kills it.
  */
 
-/** Attempts per AWS call, the first included. */
-export const AWS_MAX_ATTEMPTS = 3;
-/** Each attempt's own timeout (ms): the socket is given up after this long without an answer. */
+/**
+ * Attempts per AWS call, the first included: one. Every caller that must get past a failed call
+ * already tries again itself, where the worst case counts it: the outcome store's writes
+ * (WRITE_TRIES), the pause's tries, the chain (it ends, and the mapping delivers the message),
+ * the outcome stream's retries, the cap adjuster's next minute. SDK retries beneath them would
+ * only multiply the worst case and with it the function timeout, the lease and the chain's window.
+ */
+export const AWS_MAX_ATTEMPTS = 1;
+/**
+ * Each attempt's own timeout (ms), from the start of the request (the connection included) to its
+ * answer. Regional endpoints answer in tens of ms; moto on a busy 2-core machine was seen at
+ * 300+ ms, so 2 s fires only on a call that hangs.
+ */
 export const AWS_REQUEST_TIMEOUT_MS = 2_000;
-/** Connecting to the endpoint (ms). */
+/** Connecting to the endpoint (ms), within the request timeout. */
 export const AWS_CONNECTION_TIMEOUT_MS = 1_000;
+/**
+ * The SDK's longest wait before its retry (ms): the standard strategy waits a random part of its
+ * base delay, 500 ms after a throttle (100 ms otherwise), doubling per retry.
+ */
+export const AWS_RETRY_WAIT_MS = 500;
+
+/** The longest one AWS call can take at these options: every attempt at its timeout, the waits between. */
+export function awsCallMs(): number {
+  let waits = 0;
+  for (let retry = 0; retry < AWS_MAX_ATTEMPTS - 1; retry++) waits += AWS_RETRY_WAIT_MS * 2 ** retry;
+  return AWS_MAX_ATTEMPTS * AWS_REQUEST_TIMEOUT_MS + waits;
+}
 
 export interface AwsClientOptions {
   maxAttempts: number;
-  requestHandler: { requestTimeout: number; connectionTimeout: number };
+  requestHandler: {
+    requestTimeout: number;
+    connectionTimeout: number;
+    /** Without it the SDK's node handler only logs a warning when requestTimeout passes. */
+    throwOnRequestTimeout: true;
+  };
 }
 
 /** Returns the options for `new XxxClient(awsClientOptions())`: attempts and timeouts bounded. */
 export function awsClientOptions(): AwsClientOptions {
   return {
     maxAttempts: AWS_MAX_ATTEMPTS,
-    requestHandler: { requestTimeout: AWS_REQUEST_TIMEOUT_MS, connectionTimeout: AWS_CONNECTION_TIMEOUT_MS },
+    requestHandler: {
+      requestTimeout: AWS_REQUEST_TIMEOUT_MS,
+      connectionTimeout: AWS_CONNECTION_TIMEOUT_MS,
+      throwOnRequestTimeout: true,
+    },
   };
 }

@@ -55,6 +55,14 @@ export function stopReason(code: string, message: string, call?: string): string
   return `${lead}${call ? ` to ${call}` : ''}${rest}`;
 }
 
+/**
+ * Tries of one mapping update while it answers ResourceInUse (an earlier update still being
+ * applied), waiting MAPPING_UPDATE_WAIT_MS times the try's number between them
+ * (functions/worker/worst-case.ts counts them in the stop path).
+ */
+export const MAPPING_UPDATE_TRIES = 5;
+export const MAPPING_UPDATE_WAIT_MS = 500;
+
 export class PipelineControlError extends ThreadgateError {
   override name = 'PipelineControlError';
 }
@@ -156,8 +164,8 @@ export class PipelineControl {
         return;
       } catch (err) {
         // The mapping answers ResourceInUse while an earlier update is still being applied.
-        if ((err as { name?: string }).name === 'ResourceInUseException' && attempt < 5) {
-          await this.sleep(500 * attempt);
+        if ((err as { name?: string }).name === 'ResourceInUseException' && attempt < MAPPING_UPDATE_TRIES) {
+          await this.sleep(MAPPING_UPDATE_WAIT_MS * attempt);
           continue;
         }
         throw err;

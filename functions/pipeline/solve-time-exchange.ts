@@ -6,6 +6,7 @@ import {
   QueryCommand,
 } from '@aws-sdk/client-dynamodb';
 import type { SolveTimeInterval } from '../captchaai/solve-time-summary.js';
+import { DEFAULT_TIMINGS } from '../captchaai/timings.js';
 import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
 
 /**
@@ -35,7 +36,19 @@ export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
   slots: 32,
   share: 64,
   keep: 256,
+  maxSolveMs: DEFAULT_TIMINGS.deadlineMs,
 } as const;
+
+/**
+ * An item is read as written by an environment of this stack, and refused whole otherwise: its
+ * `sk` names a CAPTCHA type and a slot below `slots`, its `updated_at` is neither older than
+ * `maxAgeMs` nor later than now plus CLOCK_SKEW_MS, and it holds at most `share` intervals, each
+ * within 0..`maxSolveMs`. A crafted or corrupted item can then weigh no more than one honest
+ * environment's answers, and never for longer than the age limit.
+ */
+export const CLOCK_SKEW_MS = 5_000;
+/** Query pages read per exchange (the partition holds at most slots × types items: one page). */
+export const MAX_QUERY_PAGES = 2;
 
 export interface SolveTimeExchangeOptions {
   client: DynamoDBClient;
@@ -58,6 +71,8 @@ export interface SolveTimeExchangeOptions {
   share?: number;
   /** Others' answers kept per type, an even part of each item. @default 256 */
   keep?: number;
+  /** The longest solve time an item may hold (unscaled ms). @default 120,000 (the task deadline) */
+  maxSolveMs?: number;
   now?: () => number;
 }
 
@@ -95,11 +110,29 @@ export function evenShare(items: readonly SolveTimeInterval[][], keep: number): 
   return items.flatMap((intervals) => intervals.slice(-each));
 }
 
+/** The answers of one shared item, or undefined when the item is refused (see CLOCK_SKEW_MS). */
+export function readSharedItem(
+  item: Record<string, AttributeValue>,
+  now: number,
+  o: Pick<Required<SolveTimeExchangeOptions>, 'maxAgeMs' | 'slots' | 'share' | 'maxSolveMs'>,
+): { type: CaptchaType; environment: string; intervals: SolveTimeInterval[] } | undefined {
+  const sk = /^([a-z0-9_]+)#(\d{1,4})$/.exec(item.sk?.S ?? '');
+  const type = sk?.[1] as CaptchaType | undefined;
+  if (!sk || !type || !CAPTCHA_TYPES.includes(type) || Number(sk[2]) >= o.slots) return undefined;
+  const updatedAt = Number(item.updated_at?.N);
+  if (!(updatedAt <= now + CLOCK_SKEW_MS && now - updatedAt <= o.maxAgeMs)) return undefined;
+  const intervals = decodeIntervals(item.intervals?.S ?? '');
+  if (intervals.length > o.share || intervals.some((i) => i.highMs > o.maxSolveMs)) return undefined;
+  return { type, environment: item.environment?.S ?? '', intervals };
+}
+
 export class SolveTimeExchange {
   readonly #o: Required<Omit<SolveTimeExchangeOptions, 'now'>> & { now: () => number };
   readonly #slot: number;
   #lastAt = Number.NEGATIVE_INFINITY;
   #running: Promise<ExchangeResult | undefined> | undefined;
+  /** The types the last exchange gave peers to. */
+  #peerTypes = new Set<CaptchaType>();
 
   constructor(o: SolveTimeExchangeOptions) {
     this.#o = { ...SOLVE_TIME_EXCHANGE_DEFAULTS, now: Date.now, ...o };
@@ -144,29 +177,32 @@ export class SolveTimeExchange {
     const peers = new Map<CaptchaType, SolveTimeInterval[][]>();
     let read = 0;
     let startKey: Record<string, AttributeValue> | undefined;
-    // At most slots × types items of about 1 KB: one page, two at most.
-    do {
+    // At most slots × types items of about 1 KB: one page; items and pages beyond are not read.
+    let left = this.#o.slots * CAPTCHA_TYPES.length;
+    for (let pages = 0; pages < MAX_QUERY_PAGES && left > 0; pages++) {
       const page = await client.send(
         new QueryCommand({
           TableName: tableName,
           KeyConditionExpression: 'pk = :pk',
           ExpressionAttributeValues: { ':pk': { S: SOLVE_TIMES_PARTITION } },
           ExclusiveStartKey: startKey,
+          Limit: left,
         }),
       );
-      for (const item of page.Items ?? []) {
-        const type = (item.sk?.S ?? '').split('#')[0] as CaptchaType;
-        if (!CAPTCHA_TYPES.includes(type)) continue;
-        if (item.environment?.S === environment) continue;
-        const updatedAt = Number(item.updated_at?.N);
-        if (!(now - updatedAt <= this.#o.maxAgeMs)) continue;
-        const intervals = decodeIntervals(item.intervals?.S ?? '');
-        read += intervals.length;
-        if (intervals.length > 0) peers.set(type, [...(peers.get(type) ?? []), intervals]);
+      for (const raw of page.Items ?? []) {
+        left -= 1;
+        const item = readSharedItem(raw, now, this.#o);
+        if (!item || item.environment === environment || item.intervals.length === 0) continue;
+        read += item.intervals.length;
+        peers.set(item.type, [...(peers.get(item.type) ?? []), item.intervals]);
       }
       startKey = page.LastEvaluatedKey;
-    } while (startKey);
+      if (!startKey) break;
+    }
     for (const [type, items] of peers) schedule.setPeerObservations(type, evenShare(items, this.#o.keep));
+    // A type no fresh item speaks for any more loses the peers it had: they age out too.
+    for (const type of this.#peerTypes) if (!peers.has(type)) schedule.setPeerObservations(type, []);
+    this.#peerTypes = new Set(peers.keys());
     return { written, read };
   }
 }

@@ -52,15 +52,23 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * not final (`in_progress`, `stopped`) → retry REJECT_CONFLICT, not before a live lease expires,
  * so the message is never deleted while its record has no final row.
  * decidePauseFailed — a stop-class error whose pause (mapping disabled, state written) failed on
- * every try: nothing is recorded as stopped; retry PAUSE_FAILED with the claim released, so the
- * next delivery meets the stop and tries the pause again (no task is left: the key is refused).
+ * every try: below the receive limit nothing is recorded as stopped; retry PAUSE_FAILED, so the
+ * next delivery meets the stop and tries the pause again: the claim released when no task
+ * exists (a stop at in.php), kept with its task marker until the lease expires when one does (a
+ * stop at res.php: that task may be within its deadline). On the last allowed receive the stop
+ * is recorded anyway (row `stopped`, DLQ copy with its reason), so SQS never redrives the
+ * message without a reason while its row stays `in_progress`.
  * decideFinalWriteLost — the final write threw on every try: retry FINAL_WRITE_FAILED with the
  * lease kept, not before it expires (the posting marker then ends the record OUTCOME_UNKNOWN).
  */
 export type RecordDecision =
   | { action: 'reject'; recordKey: string; reason: string }
   | { action: 'dlq'; errorCode: string; reason: string }
-  | { action: 'stop'; code: string; reason: string }
+  /**
+   * Stop-class: pause, then record. `taskId`: the task the stop came at (res.php), if any;
+   * `lastReceive`: the message will not be received again before SQS redrives it.
+   */
+  | { action: 'stop'; code: string; reason: string; taskId?: string; lastReceive?: boolean }
   | { action: 'fail'; reason: string; cooldownMs?: number }
   /**
    * Batch item failure: the message comes back after its visibility timeout. `release` ends
@@ -120,7 +128,13 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
       : { action: 'dlq', errorCode: REASON.INVALID_JOB, reason: err.reason };
   }
   if (err instanceof StopClassError) {
-    return { action: 'stop', code: err.code, reason: err.message };
+    return {
+      action: 'stop',
+      code: err.code,
+      reason: err.message,
+      ...(err.taskId === undefined ? {} : { taskId: err.taskId }),
+      lastReceive: ctx.receiveCount >= ctx.transientReceiveLimit,
+    };
   }
   if (err instanceof TaskMayExistError && ctx.receiveCount < ctx.transientReceiveLimit) {
     // in.php's answer was lost and the client waited out the deadline such a task would have:
@@ -220,6 +234,16 @@ export function decideRejectConflict(row: OutcomeRow | undefined): RecordDecisio
   };
 }
 
-export function decidePauseFailed(): RecordDecision {
-  return { action: 'retry', release: true, reason: REASON.PAUSE_FAILED };
+export function decidePauseFailed(
+  stop: Extract<RecordDecision, { action: 'stop' }>,
+  leaseExpiresAt: number | undefined,
+): Extract<RecordDecision, { action: 'retry' }> | { action: 'record-stop' } {
+  if (stop.lastReceive) return { action: 'record-stop' };
+  if (stop.taskId === undefined) return { action: 'retry', release: true, reason: REASON.PAUSE_FAILED };
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.PAUSE_FAILED,
+    ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
+  };
 }

@@ -1,7 +1,7 @@
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { PipelineState } from '../pipeline/control.js';
-import { decideCrash } from '../records/decisions.js';
+import { decideCrash, REASON } from '../records/decisions.js';
 import { deleteReceived, receiveNext } from './chain.js';
 import { applyDecision } from './effects.js';
 import { processRecord } from './record-flow.js';
@@ -38,8 +38,11 @@ export async function processBatch(
 ): Promise<SQSBatchResponse> {
   const failures: string[] = [];
   const untouched: SQSRecord[] = [];
+  /** Messages the chain received but did not work (the invocation is ending): visible again at once. */
+  const givenBack: SQSRecord[] = [];
   const retried: { record: SQSRecord; notBefore?: number }[] = [];
   // Widened, not narrowed to 'none': `account` sets it from the records' promises.
+  // 'observed': the state says paused, or a stop met here could not pause; 'by-us': this invocation paused.
   let paused = 'none' as 'none' | 'observed' | 'by-us';
   let previous: Promise<void> = Promise.resolve();
   let chained = 0;
@@ -52,6 +55,7 @@ export async function processBatch(
       await deleteReceived(deps, record);
     }
     if (result.kind === 'stopped') paused = 'by-us';
+    else if (paused === 'none' && metStopUnpaused(result)) paused = 'observed';
   };
   try {
     for (let i = 0; ; i++) {
@@ -59,7 +63,9 @@ export async function processBatch(
       if (own && (paused !== 'none' || options.signal?.aborted || !chainOpen(options))) break;
       if (paused === 'none' && !options.signal?.aborted) {
         const state = await readStateSafely(deps);
-        if (state.paused) {
+        // The chain's own receive is not stopped by the disabled mapping: an unknown state ends it.
+        if (own && state === UNREADABLE) break;
+        if (state !== UNREADABLE && state.paused) {
           paused = 'observed';
           deps.logger.info('pipeline is paused; leaving the rest of the batch in the queue', {
             pauseReason: state.reason,
@@ -69,6 +75,11 @@ export async function processBatch(
       if (own && paused !== 'none') break;
       const record = own ? await receiveSafely(deps) : event.Records[i];
       if (!record) break;
+      if (own && (paused !== 'none' || options.signal?.aborted)) {
+        // Not the event's: Lambda must never see its id among the batch item failures.
+        givenBack.push(record);
+        continue;
+      }
       if (paused !== 'none' || options.signal?.aborted) {
         failures.push(record.messageId);
         untouched.push(record);
@@ -97,6 +108,7 @@ export async function processBatch(
     }
     if (chained > 0) deps.logger.info('chain ended', { chainedRecords: chained });
     if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
+    if (givenBack.length > 0) await setVisibility(deps, givenBack, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.
     for (const [seconds, records] of retryDelays(retried, deps)) await setVisibility(deps, records, seconds);
@@ -163,14 +175,32 @@ function retryDelays(
   return groups;
 }
 
-async function readStateSafely(deps: WorkerDeps): Promise<PipelineState> {
+/** The pipeline state could not be read. */
+const UNREADABLE = 'unreadable';
+
+/**
+ * The pipeline state, or UNREADABLE. For a record the mapping delivered, an unreadable state is
+ * read as not paused (a disabled mapping delivers nothing more, and a throttled read must not
+ * fail records alone); the chain's own next message is not taken on an unknown state.
+ */
+async function readStateSafely(deps: WorkerDeps): Promise<PipelineState | typeof UNREADABLE> {
   try {
     return await deps.pipeline.readState();
   } catch (err) {
-    // The disabled mapping is what really stops work; an unreadable state must not stop it alone.
-    deps.logger.warn('could not read the pipeline state; continuing', errorSummary(err));
-    return { paused: false };
+    deps.logger.warn('could not read the pipeline state', errorSummary(err));
+    return UNREADABLE;
   }
+}
+
+/**
+ * A record met a stop-class error that could not pause the pipeline (PAUSE_FAILED, or the stop
+ * recorded on its last receive): nothing more is worked here, as after a pause.
+ */
+function metStopUnpaused(result: RecordResult): boolean {
+  return (
+    (result.kind === 'retry' && result.reason === REASON.PAUSE_FAILED) ||
+    (result.kind === 'done' && result.status === 'stopped')
+  );
 }
 
 async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {

@@ -47,6 +47,8 @@ export interface ApplyContext {
   owner?: string;
   recordKey?: string;
   attempts?: number;
+  /** The claim's lease end (epoch ms), set once the record is claimed. */
+  leaseExpiresAt?: number;
   signal?: AbortSignal;
 }
 
@@ -77,18 +79,21 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
       return { kind: 'done', status: 'dlq' };
     }
     case 'fail': {
-      const written = await deps.store.finish(c.recordKey!, c.owner!, {
-        status: 'failed',
-        reason: decision.reason,
-        attempts: c.attempts,
-      });
-      const result = finished(written.written, 'failed', deps, log, { reason: decision.reason });
-      if (decision.cooldownMs) {
-        // The abandoned CaptchaAI task may still hold a thread: keep this invocation's slot.
-        log.info('holding the slot for the cool-down', { cooldownMs: decision.cooldownMs });
-        await deps.sleep(decision.cooldownMs, c.signal);
+      try {
+        const written = await deps.store.finish(c.recordKey!, c.owner!, {
+          status: 'failed',
+          reason: decision.reason,
+          attempts: c.attempts,
+        });
+        return finished(written.written, 'failed', deps, log, { reason: decision.reason });
+      } finally {
+        // The abandoned CaptchaAI task may still hold a thread: keep this invocation's slot, also
+        // when the final write threw (the record is then retried, but only after the cool-down).
+        if (decision.cooldownMs) {
+          log.info('holding the slot for the cool-down', { cooldownMs: decision.cooldownMs });
+          await deps.sleep(decision.cooldownMs, c.signal);
+        }
       }
-      return result;
     }
     case 'retry': {
       if (decision.cooldownMs) {
@@ -113,10 +118,17 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
         errorCode: decision.code,
         reason: decision.reason,
       });
-      if (!(await pauseWithTries(deps, log, decision.code, decision.reason))) {
+      const paused = await pauseWithTries(deps, log, decision.code, decision.reason);
+      if (!paused) {
         deps.metrics.addMetric('PauseFailures', MetricUnit.Count, 1);
-        log.error('could not pause the pipeline; the record will be retried and the pause tried again');
-        return applyDecision(decidePauseFailed(), c);
+        const next = decidePauseFailed(decision, c.leaseExpiresAt);
+        if (next.action === 'retry') {
+          log.error('could not pause the pipeline; the record will be retried and the pause tried again');
+          return applyDecision(next, c);
+        }
+        log.error(
+          'could not pause the pipeline on the last receive; the stop is recorded and the message kept in the DLQ',
+        );
       }
       await deps.store.finish(c.recordKey!, c.owner!, {
         status: 'stopped',
@@ -132,7 +144,7 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
       await deps.sqs.send(
         new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
       );
-      return { kind: 'stopped', code: decision.code };
+      return paused ? { kind: 'stopped', code: decision.code } : { kind: 'done', status: 'stopped' };
     }
   }
 }
@@ -163,6 +175,13 @@ async function sendToDlq(
 /** Tries of a pause before the record is given back (PAUSE_FAILED), and the first wait between them. */
 export const PAUSE_TRIES = 3;
 const PAUSE_BACKOFF_MS = 1_000;
+
+/** The waits between the pause's tries, added up (the worst case counts them). */
+export function pauseBackoffTotalMs(): number {
+  let total = 0;
+  for (let i = 0; i < PAUSE_TRIES - 1; i++) total += PAUSE_BACKOFF_MS * 2 ** i;
+  return total;
+}
 
 /**
  * The pause (mapping disabled, then the state written), tried PAUSE_TRIES times with a doubling

@@ -196,9 +196,9 @@ interface ClaimWork {
  * over later resumes that task, or ends the record OUTCOME_UNKNOWN instead of posting again.
  */
 async function workClaim(w: ClaimWork): Promise<RecordResult> {
-  const { deps, job, owner, log, timing, options } = w;
+  const { deps, job, log, timing, options } = w;
   const { config } = deps;
-  const effects = { record: w.record, deps, log, owner, recordKey: job.record_key };
+  const effects = claimEffects(w);
   const captchaType = captchaTypeOf(job);
   const prior = decidePriorPhase(w.claim.previous, {
     now: deps.now(),
@@ -294,6 +294,18 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
       attempts: attempts - markers.counted,
     });
   }
+}
+
+/** What the effects of a claimed record's decision need (./effects.ts). */
+function claimEffects(w: ClaimWork) {
+  return {
+    record: w.record,
+    deps: w.deps,
+    log: w.log,
+    owner: w.owner,
+    recordKey: w.job.record_key,
+    leaseExpiresAt: w.claim.leaseExpiresAt,
+  };
 }
 
 /**

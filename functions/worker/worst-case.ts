@@ -1,7 +1,10 @@
 import { RATE_LIMIT_BACKOFF_MAX_FACTOR } from '../captchaai/answers.js';
 import { resolveTimings, type SolveTimingsOverrides } from '../captchaai/timings.js';
+import { AWS_REQUEST_TIMEOUT_MS, awsCallMs } from '../common/aws-clients.js';
+import { MAPPING_UPDATE_TRIES, MAPPING_UPDATE_WAIT_MS } from '../pipeline/control.js';
 import { WRITE_TRIES, writeBackoffTotalMs } from '../records/store.js';
 import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from './config.js';
+import { PAUSE_TRIES, pauseBackoffTotalMs } from './effects.js';
 
 /**
  * THE worst case of one record, in one place: the longest the worker can spend on a record at
@@ -15,14 +18,27 @@ export const DEADLINE_MARGIN_MS = 3_000;
 /** Cold start, the secret read, the pipeline-state read, DNS of the target: not time-scaled. */
 export const SETUP_MS = 10_000;
 /**
- * One AWS call (a DynamoDB write, a mapping update, an SQS send). The SDK has no timeout of its
- * own by default; this is the allowance per call, its retries included.
+ * One AWS call (a DynamoDB write, a mapping update, an SQS send), its SDK retries included: what
+ * the clients' request timeout and attempts allow (../common/aws-clients.ts).
  */
-export const AWS_CALL_MS = 1_000;
+export const AWS_CALL_MS = awsCallMs();
 /** Phase-marker writes of one record: a task marker per task (2) and the posting marker. */
 const MARKER_WRITES = 3;
-/** The stop path: mapping update + state write per try, 3 tries, waits 1 s + 2 s, DLQ copy, delete. */
-const STOP_PATH_MS = 3 * 2 * AWS_CALL_MS + 3_000 + 2 * AWS_CALL_MS;
+/**
+ * The stop path: PAUSE_TRIES tries of the pause and the waits between them, then the DLQ copy and
+ * the delete. The mapping's UUID is looked up once (ListEventSourceMappings, cached once it
+ * answered). Each try: the mapping update, answered ResourceInUse up to MAPPING_UPDATE_TRIES - 1
+ * times (an answer, one attempt each, no SDK retry) with its waits, then its last call; the
+ * state write.
+ */
+export const STOP_PATH_MS =
+  AWS_CALL_MS +
+  PAUSE_TRIES *
+    ((MAPPING_UPDATE_TRIES - 1) * AWS_REQUEST_TIMEOUT_MS +
+      (MAPPING_UPDATE_WAIT_MS * (MAPPING_UPDATE_TRIES - 1) * MAPPING_UPDATE_TRIES) / 2 +
+      2 * AWS_CALL_MS) +
+  pauseBackoffTotalMs() +
+  2 * AWS_CALL_MS;
 
 export interface WorstCaseSettings {
   /** The CaptchaAI timing overrides the worker reads (CAPTCHAAI_* variables); defaults otherwise. */
@@ -59,8 +75,11 @@ export interface WorstCaseParts {
  * lost, the wait of its deadline). Before a task: `submitRetries` failed in.php calls, each with
  * a threadsinfo call (no free slot) and its back-off at the longest of the doubling back-off and
  * the longest rate-limit back-off, plus the one re-check of idle threads (in.php + threadsinfo).
- * A key rotated while the first start ended stop-class adds one more such start (in.php,
- * threadsinfo, their re-check). HTTP timeouts are floored like the worker's (config.ts).
+ * A key rotated after a stop-class answer at in.php adds only that stopped start (in.php and its
+ * threadsinfo) and the secret read: the call with the new key continues the same budget of
+ * retries, submits and resubmission (../captchaai/rotating-client.ts), so a rotation never
+ * brings a third task or a second set of retries. HTTP timeouts are floored like the worker's
+ * (config.ts).
  */
 export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
   const t = resolveTimings(s.timings);
@@ -74,7 +93,7 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
     );
   }
   const failedSubmits = (t.submitRetries + 1) * 2 * http + backoffs;
-  const keyRotation = 4 * http;
+  const keyRotation = 2 * http + AWS_CALL_MS;
   // The phase markers and the final write, each WRITE_TRIES tries with the back-off between them.
   const writes = (MARKER_WRITES + 1) * (WRITE_TRIES * AWS_CALL_MS + writeBackoffTotalMs());
   return {

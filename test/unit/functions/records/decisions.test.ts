@@ -17,6 +17,7 @@ import {
   decideCrash,
   decideFinalWriteLost,
   decideOutcome,
+  decidePauseFailed,
   decidePriorPhase,
   decideRejectConflict,
   decideTargetResponse,
@@ -51,6 +52,7 @@ describe('decideOutcome: an error met while working a record', () => {
         action: 'stop',
         code: 'ERROR_KEY_DOES_NOT_EXIST',
         reason: 'the API key does not exist or was revoked',
+        lastReceive: false,
       },
     ],
     [
@@ -270,5 +272,27 @@ describe('resolver hiccups and invalid redeliveries', () => {
     ],
   ])('a rejected write meeting %s', (_what, row, decision) => {
     expect(decideRejectConflict(row)).toEqual(decision);
+  });
+});
+
+describe('decidePauseFailed', () => {
+  const stop = { action: 'stop', code: 'ERROR_KEY_DOES_NOT_EXIST', reason: 'refused' } as const;
+  it('releases the claim when the stop came at in.php (no task exists)', () => {
+    expect(decidePauseFailed(stop, 9_000)).toEqual({
+      action: 'retry',
+      release: true,
+      reason: 'PAUSE_FAILED',
+    });
+  });
+  it('keeps the claim and its task marker until the lease expires when the stop came at res.php', () => {
+    expect(decidePauseFailed({ ...stop, taskId: '71' }, 9_000)).toEqual({
+      action: 'retry',
+      release: false,
+      reason: 'PAUSE_FAILED',
+      notBefore: 9_000,
+    });
+  });
+  it('records the stop on the last receive instead of leaving the message to a redrive without a reason', () => {
+    expect(decidePauseFailed({ ...stop, lastReceive: true }, 9_000)).toEqual({ action: 'record-stop' });
   });
 });

@@ -1,11 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_TIMINGS } from '../../../../functions/captchaai/timings.js';
+import {
+  AWS_MAX_ATTEMPTS,
+  AWS_REQUEST_TIMEOUT_MS,
+  awsCallMs,
+} from '../../../../functions/common/aws-clients.js';
 import { WRITE_TRIES } from '../../../../functions/records/store.js';
 import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from '../../../../functions/worker/config.js';
 import {
   AWS_CALL_MS,
   DEADLINE_MARGIN_MS,
   SETUP_MS,
+  STOP_PATH_MS,
   worstCaseParts,
   worstCaseRecordMs,
 } from '../../../../functions/worker/worst-case.js';
@@ -19,7 +25,9 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     const http = DEFAULT_TIMINGS.httpTimeoutMs;
     const tasks = 2 * (2 * http + DEFAULT_TIMINGS.deadlineMs);
     const failedSubmits = 3 * 2 * http + 40_000 + 40_000;
-    const rotation = 4 * http;
+    // A rotation adds only the stopped start (in.php and threadsinfo) and the secret read: the new
+    // key continues the same budget.
+    const rotation = 2 * http + AWS_CALL_MS;
     // Act
     const parts = worstCaseParts(BASE);
     // Assess
@@ -35,7 +43,7 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
   it('scales the CaptchaAI waits but floors each HTTP timeout at the worker’s real minimum', () => {
     const parts = worstCaseParts({ ...BASE, timeScale: 0.01 });
     const http = MIN_CAPTCHAAI_HTTP_TIMEOUT_MS;
-    expect(parts.captchaai).toBe(2 * (2 * http + 1_200) + 3 * 2 * http + 400 + 400 + 4 * http);
+    expect(parts.captchaai).toBe(2 * (2 * http + 1_200) + 3 * 2 * http + 400 + 400 + 2 * http + AWS_CALL_MS);
   });
 
   it.each([
@@ -48,9 +56,25 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     expect(worstCaseRecordMs({ ...BASE, timings })).toBeGreaterThan(worstCaseRecordMs(BASE));
   });
 
-  it("fits Lambda's 900 s limit at the defaults (772 s), which a 30 s HTTP timeout would not", () => {
-    expect(worstCaseRecordMs(BASE)).toBe(772_000);
-    expect(worstCaseRecordMs({ ...BASE, timings: { httpTimeoutMs: 30_000 } })).toBeGreaterThan(900_000);
+  it("fits Lambda's 900 s limit at the defaults (751 s), which a 40 s HTTP timeout would not", () => {
+    expect(worstCaseRecordMs(BASE)).toBe(751_000);
+    expect(worstCaseRecordMs({ ...BASE, timings: { httpTimeoutMs: 40_000 } })).toBeGreaterThan(900_000);
+  });
+
+  it('allows each AWS call what its client allows: every attempt at the request timeout, the SDK’s waits between', () => {
+    expect(AWS_CALL_MS).toBe(awsCallMs());
+    expect(awsCallMs()).toBeGreaterThanOrEqual(AWS_MAX_ATTEMPTS * AWS_REQUEST_TIMEOUT_MS);
+  });
+
+  it('counts the stop path with the mapping lookup and every ResourceInUse retry of each pause try', () => {
+    // Prepare: the lookup once; per try 4 ResourceInUse answers (waits 0.5 + 1 + 1.5 + 2 s), the
+    // last update and the state write; waits of 1 s and 2 s between the 3 tries; DLQ copy and delete.
+    const perTry = 4 * AWS_REQUEST_TIMEOUT_MS + 5_000 + 2 * AWS_CALL_MS;
+    expect(STOP_PATH_MS).toBe(AWS_CALL_MS + 3 * perTry + 3_000 + 2 * AWS_CALL_MS);
+    // Act: a record whose other endings are short.
+    const parts = worstCaseParts({ ...BASE, targetTimeoutMs: 1_000, cooldownMs: 0 });
+    // Assess
+    expect(parts.ending).toBe(STOP_PATH_MS);
   });
 
   it('grows with the target timeout and the cool-down', () => {

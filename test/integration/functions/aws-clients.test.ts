@@ -1,0 +1,64 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  AWS_CONNECTION_TIMEOUT_MS,
+  AWS_MAX_ATTEMPTS,
+  AWS_REQUEST_TIMEOUT_MS,
+  awsClientOptions,
+} from '../../../functions/common/aws-clients.js';
+
+/**
+ * The AWS clients' bounds on the wire: an endpoint that takes the request and never answers. The
+ * SDK gives the call up after its request timeout (with throwOnRequestTimeout; without it the
+ * handler only logs a warning and waits for ever), and tries it AWS_MAX_ATTEMPTS times in all.
+ */
+
+let server: Server;
+let requests = 0;
+let endpoint = '';
+
+beforeAll(async () => {
+  server = createServer(() => {
+    requests += 1; // never answered
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+describe('awsClientOptions', () => {
+  it('bounds attempts and each attempt’s time, connection included, and turns a passed request timeout into an error', () => {
+    expect(awsClientOptions()).toEqual({
+      maxAttempts: AWS_MAX_ATTEMPTS,
+      requestHandler: {
+        requestTimeout: AWS_REQUEST_TIMEOUT_MS,
+        connectionTimeout: AWS_CONNECTION_TIMEOUT_MS,
+        throwOnRequestTimeout: true,
+      },
+    });
+    expect(AWS_CONNECTION_TIMEOUT_MS).toBeLessThanOrEqual(AWS_REQUEST_TIMEOUT_MS);
+  });
+
+  it('gives up a call to an endpoint that never answers after its attempts, each cut at the request timeout', async () => {
+    // Prepare
+    const ssm = new SSMClient({
+      ...awsClientOptions(),
+      endpoint,
+      region: 'us-east-1',
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    });
+    requests = 0;
+    // Act
+    const failure = await ssm
+      .send(new GetParameterCommand({ Name: '/x/pipeline-state' }))
+      .catch((e: unknown) => e);
+    // Assess: a timeout error, and exactly the allowed attempts reached the endpoint.
+    expect((failure as Error).name).toBe('TimeoutError');
+    expect(requests).toBe(AWS_MAX_ATTEMPTS);
+  }, 15_000);
+});

@@ -1,0 +1,378 @@
+import { CreateTableCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import { PutSecretValueCommand } from '@aws-sdk/client-secrets-manager';
+import { DeleteMessageCommand, type Message, SQSClient } from '@aws-sdk/client-sqs';
+import type { SQSBatchResponse } from 'aws-lambda';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { OutcomesStore } from '../../../functions/records/store.js';
+import { processBatch } from '../../../functions/worker/batch-loop.js';
+import { readWorkerConfig } from '../../../functions/worker/config.js';
+import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
+import { createWorkerDeps } from '../../../functions/worker.js';
+import { addAwsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
+import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
+import type { CaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
+import {
+  type AwsClients,
+  clientsFor,
+  createWorkerResources,
+  receive,
+  receiveAll,
+  sendJobs,
+  sqsEvent,
+  startMoto,
+  type WorkerResources,
+} from '../../fixtures/aws.js';
+import { catalogResolver } from '../../fixtures/job-catalog.js';
+import { captureOutput, type LogCapture } from '../../fixtures/log-capture.js';
+import { startFastCaptchaStandin, TEST_API_KEY, TEST_TIME_SCALE } from '../../fixtures/solve.js';
+
+/**
+ * The seven paths of issue 29 that broke a promise of docs/design.md, each with its fault
+ * injected on the wire (moto's fault rules, the CaptchaAI stand-in, the table) and its effect
+ * counted where it lands (in.php and res.php at the stand-in, rows in moto, the queue).
+ */
+
+let moto: MotoServer;
+let clients: AwsClients;
+let captcha: CaptchaStandin;
+let target: TargetStandin;
+let logs: LogCapture;
+
+beforeAll(async () => {
+  logs = captureOutput();
+  moto = await startMoto();
+  clients = clientsFor(moto);
+  captcha = await startFastCaptchaStandin(10);
+  target = await startTargetStandin({ captchaUrl: captcha.url });
+});
+afterAll(async () => {
+  logs?.stop();
+  await target?.close();
+  await captcha?.close();
+  await moto?.stop();
+});
+afterEach(async () => {
+  await clearAwsFaults(moto.endpoint);
+  captcha.setFaults({ neverFinish: 0, unsolvable: 0 });
+  captcha.setApiKey(TEST_API_KEY);
+});
+
+interface Setup {
+  res: WorkerResources;
+  /** A fresh set of dependencies = one more execution environment. */
+  instance(overrides?: Partial<WorkerDeps>): WorkerDeps;
+  store: OutcomesStore;
+}
+
+async function setup(env: Record<string, string> = {}): Promise<Setup> {
+  const res = await createWorkerResources(moto, clients, {
+    apiKey: TEST_API_KEY,
+    captchaUrl: captcha.url,
+    allowedHosts: '127.0.0.1',
+  });
+  const config = readWorkerConfig({
+    ...res.env,
+    TIME_SCALE: String(TEST_TIME_SCALE),
+    LEASE_SECONDS: '60',
+    COOLDOWN_MS: '0',
+    TARGET_TIMEOUT_MS: '5000',
+    ...env,
+  });
+  return {
+    res,
+    instance: (overrides = {}) =>
+      createWorkerDeps(config, clients, { resolver: catalogResolver, ...overrides }),
+    store: new OutcomesStore({ client: clients.ddb, tableName: res.tableName }),
+  };
+}
+
+let nextKey = 0;
+const newKey = (prefix: string) => `${prefix}-${Date.now().toString(36)}-${++nextKey}`;
+const pageurlOf = (key: string) => `${target.url}/form/${key}`;
+const job = (key: string) =>
+  JSON.stringify({
+    record_key: key,
+    sitekey: target.sitekey,
+    pageurl: pageurlOf(key),
+    submit_url: pageurlOf(key),
+  });
+
+/** in.php requests for the record at the stand-in, when each arrived (epoch ms). */
+const inPhpTimes = (key: string) => captcha.submitTimes(pageurlOf(key));
+/** Tasks the stand-in created for the record. */
+const tasksOf = (key: string) =>
+  captcha
+    .events()
+    .entries.flatMap((e) =>
+      e.kind === 'in.php' && e.record === key && e.taskId !== undefined ? [e.taskId] : [],
+    );
+/** res.php `get` calls per task of the record at the stand-in. */
+function resPhpPerTask(key: string): number[] {
+  const counts = new Map<string, number>();
+  for (const e of captcha.events().entries) {
+    if (e.kind === 'res.php' && e.record === key) {
+      counts.set(e.taskId, (counts.get(e.taskId) ?? 0) + 1);
+    }
+  }
+  return [...counts.values()];
+}
+
+/** One invocation with these messages as its event (the Lambda poller's delete left to the caller). */
+function invoke(s: Setup, deps: WorkerDeps, messages: Message[], options: ProcessOptions = {}) {
+  return processBatch(sqsEvent(messages, s.res.queueArn), deps, options);
+}
+
+async function waitFor(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+const chainOpen = (): ProcessOptions => ({ chainUntil: performance.now() + 60_000 });
+
+describe('the seven paths, on the wire', () => {
+  it('1. holds the cool-down after a POLL_TIMEOUT whose final write fails: the slot’s next in.php comes after the abandoned task’s deadline + cool-down', async () => {
+    // Prepare: the first record's task never finishes (deadline 120 s × 0.05 = 6 s); every
+    // `failed` write of its row fails at moto; the chain's next record waits in the queue.
+    const cooldownMs = 4_000;
+    const deadlineMs = 120_000 * TEST_TIME_SCALE;
+    const s = await setup({ COOLDOWN_MS: String(cooldownMs) });
+    const [a, b] = [newKey('cool-a'), newKey('cool-b')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
+    await addAwsFaults(moto.endpoint, [
+      { operation: 'UpdateItem', key: { record_key: a }, contains: ['{"S":"failed"}'], times: 0 },
+    ]);
+    captcha.setFaults({ neverFinish: 1 });
+    // Act
+    const run = invoke(s, s.instance(), event, chainOpen());
+    await waitFor(() => inPhpTimes(a).length === 1, 'the first in.php');
+    captcha.setFaults({ neverFinish: 0 });
+    await run;
+    // Assess: the write was refused at moto, and the next record's in.php waited the cool-down.
+    expect((await s.store.get(a))?.status).toBe('in_progress');
+    const [aAt] = inPhpTimes(a);
+    const [bAt] = inPhpTimes(b);
+    expect(bAt).toBeDefined();
+    expect(bAt! - aAt!).toBeGreaterThanOrEqual(deadlineMs + cooldownMs);
+  }, 40_000);
+
+  it('2. ends the chain when the pipeline state cannot be read: no further message is taken', async () => {
+    // Prepare: every GetParameter fails at moto after the first (the event's record reads it).
+    const s = await setup();
+    const [a, b] = [newKey('ssm-a'), newKey('ssm-b')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
+    const deps = s.instance();
+    await addAwsFaults(moto.endpoint, [
+      { operation: 'GetParameter', error: 'ThrottlingException', status: 400, nth: 2, times: 0 },
+    ]);
+    // Act
+    const out = await invoke(s, deps, event, chainOpen());
+    // Assess: the event's record was worked; the queue's was never received nor submitted.
+    expect(out.batchItemFailures).toEqual([]);
+    expect((await s.store.get(a))?.status).toBe('submitted');
+    expect(inPhpTimes(b)).toEqual([]);
+    await clearAwsFaults(moto.endpoint);
+    const left = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(['1']);
+  }, 30_000);
+
+  it('3. a failed pause ends the chain; later records of the environment send no in.php with the refused key; the last receive ends stopped in the DLQ, not in_progress', async () => {
+    // Prepare: the key is refused at the stand-in; every state write fails at moto, so no pause lands.
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '2', RETRY_DELAY_SECONDS: '0' });
+    const [a, b, c] = [newKey('pause-a'), newKey('pause-b'), newKey('pause-c')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(b), job(c)]);
+    await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }]);
+    captcha.setKeyRevoked(true);
+    const deps = s.instance({ sleep: async () => undefined });
+    try {
+      // Act: the invocation with the chain open, then the environment's next invocations, as the
+      // mapping would deliver them (a message not reported failed is deleted), until none is left.
+      const first = await invoke(s, deps, event, chainOpen());
+      const seen = await receiveAll(clients.sqs, s.res.queueUrl, 3, 0);
+      let invocations = 0;
+      for (
+        let batch = seen;
+        batch.length > 0 && invocations < 12;
+        batch = await receive(clients.sqs, s.res.queueUrl, 10)
+      ) {
+        for (const m of batch) {
+          invocations++;
+          const out = await invoke(s, deps, [m]);
+          if (out.batchItemFailures.length === 0) {
+            await clients.sqs.send(
+              new DeleteMessageCommand({ QueueUrl: s.res.queueUrl, ReceiptHandle: m.ReceiptHandle }),
+            );
+          }
+        }
+      }
+      // Assess: the chain took nothing after the failed pause (the others' first receive was the test's).
+      expect(first.batchItemFailures.map((f) => f.itemIdentifier)).toEqual([event[0]!.MessageId]);
+      expect(
+        Object.fromEntries(
+          seen.map((m) => [JSON.parse(m.Body!).record_key, m.Attributes?.ApproximateReceiveCount]),
+        ),
+      ).toEqual({ [a]: '2', [b]: '1', [c]: '1' });
+      // One in.php in all: later records met the remembered refusal, not CaptchaAI.
+      expect(inPhpTimes(a)).toHaveLength(1);
+      expect([...inPhpTimes(b), ...inPhpTimes(c)]).toEqual([]);
+      // Every record ended on its last receive: row `stopped`, DLQ copy with its reason; none left in_progress.
+      for (const key of [a, b, c]) {
+        expect(await s.store.get(key)).toMatchObject({
+          status: 'stopped',
+          reason: 'ERROR_KEY_DOES_NOT_EXIST',
+        });
+      }
+      const dlq = await receiveAll(clients.sqs, s.res.dlqUrl, 3);
+      expect(dlq.map((m) => m.MessageAttributes?.error_code?.StringValue)).toEqual(
+        Array(3).fill('ERROR_KEY_DOES_NOT_EXIST'),
+      );
+      expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+    } finally {
+      captcha.setKeyRevoked(false);
+    }
+  }, 40_000);
+
+  it('3. a failed pause after the task was created keeps the claim and its task marker: a redelivery submits no fresh task', async () => {
+    // Prepare: the task is created, then res.php refuses the key; the pause fails at moto.
+    const s = await setup();
+    const key = newKey('pause-task');
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(key)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1, 0);
+    await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }]);
+    captcha.inject('res.php', [{ body: 'ERROR_KEY_DOES_NOT_EXIST' }]);
+    // Act: the first environment meets the stop at res.php; a second takes the redelivery.
+    const first = await invoke(s, s.instance({ sleep: async () => undefined }), event);
+    const row = await s.store.get(key);
+    const redelivered = await receiveAll(clients.sqs, s.res.queueUrl, 1, 0);
+    await invoke(s, s.instance(), redelivered);
+    // Assess
+    expect(first.batchItemFailures).toHaveLength(1);
+    expect(row).toMatchObject({ status: 'in_progress', task_id: tasksOf(key)[0] });
+    expect(tasksOf(key)).toHaveLength(1);
+  }, 30_000);
+
+  it('4. one budget per record across a key rotation: UNSOLVABLE, a stop on the resubmission, the new key: no third task', async () => {
+    // Prepare: the old key's first task answers UNSOLVABLE and its resubmission is refused
+    // stop-class (canned answers at the stand-in); the key is rotated in the secret and at the
+    // stand-in meanwhile; every task of the new key is unsolvable too.
+    const s = await setup();
+    const key = newKey('rotate');
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(key)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    captcha.inject('in.php', [{ body: 'OK|900001' }, { body: 'ERROR_KEY_DOES_NOT_EXIST' }]);
+    captcha.inject('res.php', [{ body: 'ERROR_CAPTCHA_UNSOLVABLE' }]);
+    captcha.setFaults({ unsolvable: 1 });
+    const rotated = 'tg-rotated-key-00000000000000000';
+    // Act
+    const run = invoke(s, s.instance(), event);
+    await waitFor(() => inPhpTimes(key).length === 1, 'the first in.php');
+    await clients.secrets.send(
+      new PutSecretValueCommand({
+        SecretId: s.res.secretName,
+        SecretString: JSON.stringify({ apiKey: rotated }),
+      }),
+    );
+    captcha.setApiKey(rotated);
+    await run;
+    // Assess: the canned first task and ONE task with the new key (the resubmission's place).
+    expect(inPhpTimes(key).length).toBeGreaterThanOrEqual(3);
+    expect(tasksOf(key)).toHaveLength(1);
+    expect(await s.store.get(key)).toMatchObject({ status: 'failed', reason: 'ERROR_CAPTCHA_UNSOLVABLE' });
+  }, 30_000);
+
+  it('5. a poisoned SolveTimes item does not drive res.php past the budget: tasks answering at 20 s stay within 12 calls', async () => {
+    // Prepare: the solve-times table with one crafted item (200 answers at 0–0.4 s, 56 spread to
+    // 60 s, written just now); every task answers at 20 s (× 0.05).
+    const table = `solve-times-${Date.now().toString(36)}`;
+    await clients.ddb.send(
+      new CreateTableCommand({
+        TableName: table,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'sk', AttributeType: 'S' },
+        ],
+        KeySchema: [
+          { AttributeName: 'pk', KeyType: 'HASH' },
+          { AttributeName: 'sk', KeyType: 'RANGE' },
+        ],
+      }),
+    );
+    const poison = [
+      ...Array.from({ length: 200 }, (_, i) => `${i * 2}-${i * 2}`),
+      ...Array.from({ length: 56 }, (_, i) => `${1_000 * (i + 4)}-${1_000 * (i + 5)}`),
+    ].join(',');
+    await clients.ddb.send(
+      new PutItemCommand({
+        TableName: table,
+        Item: {
+          pk: { S: 'solve-times' },
+          sk: { S: 'recaptcha_v2#3' },
+          environment: { S: 'crafted' },
+          intervals: { S: poison },
+          updated_at: { N: String(Date.now()) },
+        },
+      }),
+    );
+    const s = await setup({ SOLVE_TIMES_TABLE: table });
+    const keys = [newKey('poison'), newKey('poison'), newKey('poison')];
+    await sendJobs(clients.sqs, s.res.queueUrl, keys.map(job));
+    const before = captcha.latency();
+    captcha.setLatency({ recaptcha_v2: { minMs: 20_000, maxMs: 20_000 } });
+    try {
+      // Act: one environment works the three records one after another.
+      const deps = s.instance();
+      for (let i = 0; i < keys.length; i++) {
+        await invoke(s, deps, await receiveAll(clients.sqs, s.res.queueUrl, 1));
+      }
+    } finally {
+      captcha.setLatency(before);
+    }
+    // Assess
+    const perTask = keys.flatMap(resPhpPerTask);
+    expect(perTask).toHaveLength(3);
+    expect(Math.max(...perTask)).toBeLessThanOrEqual(12);
+  }, 40_000);
+
+  it('6. an abort during the chain’s ReceiveMessage puts no id outside the event into batchItemFailures, and the message is visible again', async () => {
+    // Prepare: the invocation ends (its signal aborts) while the chain's ReceiveMessage is on the wire.
+    const s = await setup();
+    const [a, b] = [newKey('abort-a'), newKey('abort-b')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
+    const ending = new AbortController();
+    const sqs = new SQSClient({
+      endpoint: moto.endpoint,
+      region: MOTO_REGION,
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    });
+    sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'ReceiveMessageCommand') ending.abort(new Error('invocation ending'));
+        return next(args);
+      },
+      { step: 'initialize', name: 'endDuringReceive' },
+    );
+    // Act
+    const out: SQSBatchResponse = await invoke(s, s.instance({ sqs }), event, {
+      ...chainOpen(),
+      signal: ending.signal,
+    });
+    // Assess
+    const eventIds = new Set(event.map((m) => m.MessageId));
+    expect(out.batchItemFailures.every((f) => eventIds.has(f.itemIdentifier))).toBe(true);
+    expect(inPhpTimes(b)).toEqual([]);
+    const back = await receive(clients.sqs, s.res.queueUrl, 10);
+    expect(back.map((m) => JSON.parse(m.Body!).record_key)).toContain(b);
+  }, 30_000);
+});
