@@ -56,6 +56,8 @@ export interface ChaosFigures {
   queueLeft: number;
   /** Lost in.php answers by kind, and POSTs whose answer the target dropped. */
   lostAnswers: Record<string, number>;
+  /** res.php `get` calls per task, as the stand-in counted them. */
+  resPhpPerTask: { tasks: number; mean: number; max: number };
 }
 
 export interface ChaosVerdict {
@@ -121,6 +123,18 @@ function submits(evidence: ChaosEvidence) {
   return { inPhp, overlaps, early, lost };
 }
 
+function resPhpPerTask(events: LoggedCaptchaEvent[]): ChaosFigures['resPhpPerTask'] {
+  const calls = new Map<string, number>();
+  for (const e of events) if (e.kind === 'res.php') bump(calls, e.taskId);
+  const counts = [...calls.values()];
+  const total = counts.reduce((a, b) => a + b, 0);
+  return {
+    tasks: counts.length,
+    mean: counts.length ? total / counts.length : 0,
+    max: Math.max(0, ...counts),
+  };
+}
+
 export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
   const { keys, cap } = evidence;
   const violations: string[] = [];
@@ -172,6 +186,7 @@ export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
       dlq: evidence.dlqKeys.length,
       queueLeft: evidence.queueLeft,
       lostAnswers: lost,
+      resPhpPerTask: resPhpPerTask(evidence.captcha),
     },
     violations,
   };

@@ -17,6 +17,18 @@ export interface ChaosRates {
   finalWriteFails: number;
   /** Per DynamoDB UpdateItem: ProvisionedThroughputExceededException (the SDK retries these). */
   throttle: number;
+  // The kinds below are optional so a caller's own rates (test/e2e/chaos.test.ts) may leave them
+  // out: left out, they are off.
+  /** Per task: never answered, so its record ends POLL_TIMEOUT (the slot holds the cool-down). */
+  neverFinish?: number;
+  /** Per record: its `failed` write (POLL_TIMEOUT, SUBMIT_ANSWER_LOST, …) fails at the emulator on every try of one delivery. */
+  timeoutWriteFails?: number;
+  /** Per SSM GetParameter (the pipeline state every record reads): ThrottlingException. */
+  ssmThrottle?: number;
+  /** 1: the API key is rotated once mid-run (the secret and CaptchaAI at once); the run resumes and redrives as an operator would. */
+  keyRotation?: number;
+  /** 1: crafted SolveTimes items are written at the start (too many points, a future date, a slot out of range). */
+  poisonedItems?: number;
 }
 
 export interface ChaosOptions {
@@ -42,6 +54,11 @@ export const CHAOS_RATE_NAMES = [
   'postDropped',
   'finalWriteFails',
   'throttle',
+  'neverFinish',
+  'timeoutWriteFails',
+  'ssmThrottle',
+  'keyRotation',
+  'poisonedItems',
 ] as const satisfies readonly (keyof ChaosRates)[];
 
 export const CHAOS_DEFAULTS = {
@@ -57,6 +74,11 @@ export const CHAOS_DEFAULTS = {
     postDropped: 0.03,
     finalWriteFails: 0.04,
     throttle: 0.02,
+    neverFinish: 0.02,
+    timeoutWriteFails: 0.5,
+    ssmThrottle: 0.03,
+    keyRotation: 1,
+    poisonedItems: 1,
   } satisfies ChaosRates,
   killMeanS: 40,
   maxKills: 5,
@@ -74,6 +96,14 @@ export interface FaultCounts {
   finalWriteRules: number;
   throttled: number;
   kills: number;
+  /** `failed` writes the emulator failed, over the records chosen (only those that fail are hit). */
+  timeoutWriteFailed: number;
+  ssmThrottled: number;
+  keyRotations: number;
+  /** Pauses the run resumed (a stop on the old key while polling) and DLQ messages it redrove. */
+  resumes: number;
+  redriven: number;
+  poisonedItems: number;
 }
 
 /** `name=rate,…` → rates over the defaults; an unknown name or a rate outside 0..1 is an error naming it. */
@@ -89,6 +119,27 @@ export function parseRates(raw: string, base: ChaosRates = CHAOS_DEFAULTS.rates)
     rates[name as keyof ChaosRates] = n;
   }
   return rates;
+}
+
+/**
+ * The emulator rules for the failed-write-after-a-timeout fault: each record is chosen with
+ * `rate`; a chosen record's `failed` write fails 12–15 times in a row, more than one delivery's
+ * tries (4 store tries of up to 3 SDK attempts), so the write throws and the record is retried.
+ */
+export function timeoutWriteFaults(keys: string[], rate: number, random: () => number): AwsFaultRule[] {
+  const rules: AwsFaultRule[] = [];
+  for (const key of keys) {
+    if (!(rate > 0 && random() < rate)) continue;
+    rules.push({
+      operation: 'UpdateItem',
+      service: 'dynamodb',
+      key: { record_key: key },
+      contains: ['":status":{"S":"failed"}'],
+      times: 12 + Math.floor(random() * 4),
+      error: 'InternalServerError',
+    });
+  }
+  return rules;
 }
 
 /**
@@ -132,6 +183,8 @@ export function formatChaos(r: {
     `seed           ${r.seed}`,
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
+    `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,
+    `res.php        per task: mean ${f.resPhpPerTask.mean.toFixed(1)}, max ${f.resPhpPerTask.max} (${f.resPhpPerTask.tasks} tasks)`,
     `threads held   at most ${f.maxThreadsHeld} (cap ${f.cap}), counted by the CaptchaAI stand-in`,
     `in.php         ${f.inPhpTotal}; records by in.php count: ${entries(f.inPhpPerRecord)}`,
     `form POSTs     records by POST count: ${entries(f.postsPerRecord)}`,

@@ -15,15 +15,17 @@ import { queueDepth, readDlq, readOutcomes } from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
 import { type ChaosVerdict, checkChaos } from './check.js';
-import { type ChaosOptions, type FaultCounts, finalWriteFaults } from './plan.js';
+import { type KeyRotation, poisonSolveTimes, rotateKey, superviseRotation } from './operator.js';
+import { type ChaosOptions, type FaultCounts, finalWriteFaults, timeoutWriteFaults } from './plan.js';
 
 /**
  * The chaos run: N records through the local stack while faults are drawn at random (seeded)
  * on the wire — in.php answers lost after the task was created (a 502 page, a dropped
  * connection, an answer after the client's timeout), form POSTs taken and their answers
- * dropped, DynamoDB writes throttled and final writes failing (a few times, or for good) — and
- * the runtime process is SIGKILLed and restarted now and then, the producers sending the
- * unfinished records again. Afterwards the checker (./check.ts) judges the stand-ins' own logs.
+ * dropped, DynamoDB writes throttled and final writes failing (a few times, or for good), tasks
+ * never answered whose `failed` write then fails, the pipeline state's reads throttled, the API
+ * key rotated mid-run, crafted SolveTimes items in the table — and the runtime process is
+ * SIGKILLed and restarted now and then, the producers sending the unfinished records again. Afterwards the checker (./check.ts) judges the stand-ins' own logs.
  */
 export interface ChaosResult extends ChaosVerdict {
   seed: number;
@@ -57,7 +59,7 @@ async function sendAgain(stack: LocalStack, bodies: string[]): Promise<void> {
 }
 
 /** Turns every fault on, on the wire: the CaptchaAI stand-in, the target stand-in and the emulator. */
-async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Promise<number> {
+async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Promise<void> {
   const seed = o.seed;
   stack.captcha.setLostAnswers({
     html502: o.rates.lostHtml502 ? { rate: o.rates.lostHtml502, seed: `${seed}-502` } : null,
@@ -67,7 +69,20 @@ async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Pr
   stack.site.setFaults({
     dropAfterPost: o.rates.postDropped ? { rate: o.rates.postDropped, seed: `${seed}-post` } : null,
   });
+  stack.captcha.setFaults({ neverFinish: o.rates.neverFinish ?? 0 });
   const rules = finalWriteFaults(keys, o.rates.finalWriteFails, seedrandom(`${seed}-final`));
+  rules.push(
+    ...timeoutWriteFaults(keys, o.rates.timeoutWriteFails ?? 0, seedrandom(`${seed}-timeout-write`)),
+  );
+  if ((o.rates.ssmThrottle ?? 0) > 0) {
+    rules.push({
+      operation: 'GetParameter',
+      service: 'ssm',
+      rate: o.rates.ssmThrottle ?? 0,
+      seed: `${seed}-ssm`,
+      error: 'ThrottlingException',
+    });
+  }
   if (o.rates.throttle > 0) {
     rules.push({
       operation: 'UpdateItem',
@@ -78,7 +93,6 @@ async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Pr
     });
   }
   if (rules.length) await addAwsFaults(stack.awsEnv.AWS_ENDPOINT_URL ?? '', rules);
-  return rules.length;
 }
 
 async function ended(stack: LocalStack, bodies: string[], startedAt: number): Promise<boolean> {
@@ -109,7 +123,9 @@ interface Drive {
 }
 
 /** Feeds the records and kills the runtime now and then until every record ended and the queue is empty. */
-async function drive(d: Drive): Promise<{ kills: number; timedOut: boolean; elapsedS: number }> {
+async function drive(
+  d: Drive,
+): Promise<{ kills: number; rotation: KeyRotation; timedOut: boolean; elapsedS: number }> {
   const { stack, o, bodies, keys, cap } = d;
   const random = seedrandom(String(o.seed));
   const untilKill = () => (o.killMeanS > 0 ? -Math.log(1 - random()) * o.killMeanS * 1000 : Infinity);
@@ -128,6 +144,7 @@ async function drive(d: Drive): Promise<{ kills: number; timedOut: boolean; elap
   });
   let kills = 0;
   let nextKill = Date.now() + untilKill();
+  const rotation: KeyRotation = { rotated: false, resumes: 0, redriven: 0 };
   let allEnded = false;
   let timedOut = false;
   for (;;) {
@@ -149,15 +166,26 @@ async function drive(d: Drive): Promise<{ kills: number; timedOut: boolean; elap
     }
     await sleep(1000);
     const p = await progressOf(stack, expectedOutcomes(bodies), startedAt, bodies.length);
+    // A third of the way through, the key is rotated; a pause it causes is resumed and redriven.
+    if ((o.rates.keyRotation ?? 0) > 0 && !rotation.rotated && p.done >= bodies.length / 3) {
+      await rotateKey(stack);
+      rotation.rotated = true;
+      o.log('chaos: API key rotated (secret and CaptchaAI)');
+    }
+    if (rotation.rotated) await superviseRotation(stack, rotation, o.log);
     allEnded = fed && everyRecordFinished(p);
     o.log(`chaos: ${p.done}/${p.total} ended, in flight ${p.inFlight}/${cap}, kills ${kills}`);
   }
   await feeding;
-  return { kills, timedOut, elapsedS: (Date.now() - startedAt) / 1000 };
+  return { kills, rotation, timedOut, elapsedS: (Date.now() - startedAt) / 1000 };
 }
 
 /** The checker's verdict on the stand-ins' logs and the emulator's state, and the faults counted where they landed. */
-async function judge(d: Drive, logDir: string, kills: number, finalWriteRules: number) {
+async function judge(
+  d: Drive,
+  logDir: string,
+  run: { kills: number; rotation: KeyRotation; poisoned: number },
+) {
   const { stack, o, keys, cap } = d;
   const standin = stack.captcha.stats();
   const [rows, dlq, depth, rules] = await Promise.all([
@@ -191,10 +219,17 @@ async function judge(d: Drive, logDir: string, kills: number, finalWriteRules: n
     lostLate: standin.lostAnswers.late,
     postDropped: stack.site.stats().droppedAfterPost,
     // The final-write rules are per record (a key); the throttle rule is the one drawn at a rate.
-    finalWriteFailed: failed((r) => r.key !== null),
-    finalWriteRules,
-    throttled: failed((r) => r.key === null),
-    kills,
+    finalWriteFailed: failed((r) => r.key !== null && r.contains.some((c) => c.includes('submitted'))),
+    finalWriteRules: rules.filter((r) => r.key !== null && r.contains.some((c) => c.includes('submitted')))
+      .length,
+    throttled: failed((r) => r.key === null && r.operation === 'UpdateItem'),
+    kills: run.kills,
+    timeoutWriteFailed: failed((r) => r.key !== null && r.contains.some((c) => c.includes('failed'))),
+    ssmThrottled: failed((r) => r.operation === 'GetParameter'),
+    keyRotations: run.rotation.rotated ? 1 : 0,
+    resumes: run.rotation.resumes,
+    redriven: run.rotation.redriven,
+    poisonedItems: run.poisoned,
   };
   return { verdict, faults };
 }
@@ -221,7 +256,8 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     });
     const bodies = generatedRecords(stack.site.url, stack.site.sitekey, o.records, `chaos-${o.seed}`);
     const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
-    const finalWriteRules = await armFaults(stack, o, keys);
+    await armFaults(stack, o, keys);
+    const poisoned = (o.rates.poisonedItems ?? 0) > 0 ? await poisonSolveTimes(stack) : 0;
     const d: Drive = {
       stack,
       o,
@@ -234,9 +270,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       },
     };
     await d.start();
-    const { kills, timedOut, elapsedS } = await drive(d);
+    const { kills, rotation, timedOut, elapsedS } = await drive(d);
     await Promise.all(runtimes.map((r) => r.stop()));
-    const { verdict, faults } = await judge(d, logDir, kills, finalWriteRules);
+    const { verdict, faults } = await judge(d, logDir, { kills, rotation, poisoned });
     if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
     return { ...verdict, seed: o.seed, faults, elapsedS, deployS, logDir, timedOut };
   } finally {

@@ -44,6 +44,7 @@ describe('chaos plan', () => {
         dlq: 0,
         queueLeft: 0,
         lostAnswers: { html502: 1 },
+        resPhpPerTask: { tasks: 3, mean: 2.5, max: 4 },
       },
       faults: {
         lostHtml502: 1,
@@ -54,12 +55,22 @@ describe('chaos plan', () => {
         finalWriteRules: 0,
         throttled: 0,
         kills: 1,
+        timeoutWriteFailed: 12,
+        ssmThrottled: 5,
+        keyRotations: 1,
+        resumes: 1,
+        redriven: 2,
+        poisonedItems: 3,
       },
       violations: ['more than one form POST: a ×2'],
       elapsedS: 3,
       logDir: '/tmp/x',
     });
     expect(text).toContain('threads held   at most 2 (cap 6)');
+    expect(text).toContain(
+      'failed writes after a timeout 12; state reads throttled 5; key rotations 1 (pauses resumed 1, DLQ redriven 2); poisoned SolveTimes items 3',
+    );
+    expect(text).toContain('res.php        per task: mean 2.5, max 4 (3 tasks)');
     expect(text).toContain('records by in.php count: 1: 1, 2: 1');
     expect(text).toContain('runtime kills 1');
     expect(text).toContain('VIOLATIONS\n  - more than one form POST: a ×2');
