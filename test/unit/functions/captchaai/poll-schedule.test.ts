@@ -256,6 +256,22 @@ describe('poll schedules', () => {
     expect(expectedOf(over)).toBeLessThan(0.75 * expectedOf(honest));
   });
 
+  it('checks the overspend from the first learned task on, and counts a task that ended unanswered', () => {
+    // Prepare: a learned schedule; one task answered on its expectation, one that ended without an
+    // answer after 30 calls (its deadline).
+    const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
+    for (let i = 0; i < 5; i++) schedule.observe('recaptcha_v2', 9_000, 10_000);
+    schedule.planFor('recaptcha_v2');
+    const expected = schedule.scheduleOf('recaptcha_v2')?.expectedCalls ?? 0;
+    // Act
+    schedule.observe('recaptcha_v2', 9_000, 10_000, Math.round(expected));
+    const afterOne = schedule.overspend('recaptcha_v2');
+    schedule.unanswered('recaptcha_v2', 30);
+    // Assess
+    expect(afterOne).toBeLessThan(1.2);
+    expect(schedule.overspend('recaptcha_v2')).toBeGreaterThan(afterOne + 0.25);
+  });
+
   it('keeps types apart', () => {
     const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
     for (let i = 0; i < 10; i++) schedule.observe('turnstile', 0, 2_000);
