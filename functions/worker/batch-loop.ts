@@ -19,7 +19,10 @@ import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps }
  * Pause semantics (the stop-class invariant). Before each record the pipeline state is read;
  * once it says paused, or a record of this batch hit a stop-class error, every later record
  * is returned as a batch item failure without any work (no claim, no page load, no solve), and
- * the chain takes no more messages. A stop-class error comes only from CaptchaAI, before an
+ * the chain takes no more messages; the same when a stop-class error could not pause the
+ * pipeline (PAUSE_FAILED), and the chain also ends on a state it cannot read. A message the chain
+ * received but does not work is made visible again, never reported: Lambda knows only the event's
+ * ids. A stop-class error comes only from CaptchaAI, before an
  * answer, so the record that hit it has ended before any later record starts.
  * When THIS invocation paused the pipeline, those records' visibility is also reset to 0 so
  * they sit visible in the queue, ready for the resume; the mapping is disabled, so nothing
