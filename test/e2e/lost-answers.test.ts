@@ -10,7 +10,7 @@ import {
   isFinal,
   logText,
   outcomesOf,
-  startE2eStack,
+  sharedE2eStack,
   TOKEN_PATTERN,
   uniquePrefix,
   waitFor,
@@ -24,7 +24,7 @@ import {
 let stack: LocalStack;
 
 beforeAll(async () => {
-  stack = await startE2eStack('lost-answers');
+  stack = await sharedE2eStack('lost-answers');
 }, 600_000);
 afterAll(async () => {
   await stack?.stop();
