@@ -20,6 +20,12 @@ import { e2eTarget } from './target.js';
  */
 let stack: LocalStack;
 const dir = mkdtempSync(join(tmpdir(), 'tg-e2e-outcomes-'));
+/**
+ * Records per batch of the batch test: what it proves (per-batch counts and exit codes, repeated
+ * lines adding no solve, the export of exactly one batch) does not grow with the count; the
+ * volume test of the cap is invariants.test.ts's 200 records.
+ */
+const PER_BATCH = 40;
 /** Every outcomes-queue message received so far (the tests share the queue). */
 const published: Message[] = [];
 /**
@@ -91,18 +97,18 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
     await stack?.stop();
   });
 
-  it('enqueue + wait --batch: 200 records in two batches, 10% sent twice, right counts and exit codes; outcomes --batch reads exactly the batch', async () => {
-    // Prepare: batch A 100 good records; batch B 95 good and 5 with a page URL off the
-    // allowlist (rejected); 20 records of the two batches appear twice in the file.
+  it(`enqueue + wait --batch: ${2 * PER_BATCH} records in two batches, 10% sent twice, right counts and exit codes; outcomes --batch reads exactly the batch`, async () => {
+    // Prepare: batch A PER_BATCH good records; batch B PER_BATCH − 5 good and 5 with a page URL
+    // off the allowlist (rejected); a tenth of the records of the two batches appear twice in the file.
     const prefix = uniquePrefix('batches');
     ours.push(prefix);
     const a = `${prefix}-a`;
     const b = `${prefix}-b`;
     const site = stack.site.url;
     const lines: string[] = [];
-    for (let i = 0; i < 100; i++)
+    for (let i = 0; i < PER_BATCH; i++)
       lines.push(withBatch(goodRecord(site, stack.site.sitekey, `${a}-${i}`, i), a));
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < PER_BATCH; i++) {
       const body =
         i < 5
           ? JSON.stringify({
@@ -114,7 +120,7 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
           : goodRecord(site, stack.site.sitekey, `${b}-${i}`, i);
       lines.push(withBatch(body, b));
     }
-    for (let i = 0; i < 20; i++) lines.push(lines[i * 10]!);
+    for (let i = 0; i < (2 * PER_BATCH) / 10; i++) lines.push(lines[i * 10]!);
     const jobs = join(dir, 'jobs.jsonl');
     const counts = join(dir, 'counts.json');
     writeFileSync(jobs, `${lines.join('\n')}\n`);
@@ -130,8 +136,8 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
 
     // Assess
     expect(enqueued.code).toBe(0);
-    expect(enqueued.stdout).toContain(`batch ${a}: 100 records sent`);
-    expect(enqueued.stdout).toContain(`batch ${b}: 100 records sent`);
+    expect(enqueued.stdout).toContain(`batch ${a}: ${PER_BATCH} records sent`);
+    expect(enqueued.stdout).toContain(`batch ${b}: ${PER_BATCH} records sent`);
     const rows = await readOutcomes(stack);
     for (const [run, batch] of [
       [waitA, a],
@@ -141,9 +147,15 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
       const mine = rows.filter((r) => r.record_key.startsWith(`${batch}-`));
       const byStatus: Record<string, number> = {};
       for (const r of mine) byStatus[r.status] = (byStatus[r.status] ?? 0) + 1;
-      expect(report).toMatchObject({ end: 'done', expected: 100, ended: 100, pending: 0, counts: byStatus });
+      expect(report).toMatchObject({
+        end: 'done',
+        expected: PER_BATCH,
+        ended: PER_BATCH,
+        pending: 0,
+        counts: byStatus,
+      });
       // Exit code by the rules, from the table itself.
-      expect(run.code).toBe(byStatus.submitted === 100 ? 0 : 2);
+      expect(run.code).toBe(byStatus.submitted === PER_BATCH ? 0 : 2);
     }
     expect(JSON.parse(waitB.stdout).counts.rejected).toBe(5);
     expect(waitB.code).toBe(2);
@@ -152,10 +164,10 @@ describe.skipIf(e2eTarget() !== 'moto')('outcomes back to the producer (deployed
       .split('\n')
       .map((l) => JSON.parse(l).record_key)
       .sort();
-    expect(exportedKeys).toEqual(Array.from({ length: 100 }, (_, i) => `${a}-${i}`).sort());
-    // One solve per record: the 20 repeated lines add no submits (195 solvable records; an
-    // UNSOLVABLE or transient answer may add a resubmission, the stand-in injects none here).
-    expect(stack.captcha.stats().submits).toBe(195);
+    expect(exportedKeys).toEqual(Array.from({ length: PER_BATCH }, (_, i) => `${a}-${i}`).sort());
+    // One solve per record: the repeated lines add no submits (2 × PER_BATCH − 5 solvable records;
+    // an UNSOLVABLE or transient answer may add a resubmission, the stand-in injects none here).
+    expect(stack.captcha.stats().submits).toBe(2 * PER_BATCH - 5);
   }, 600_000);
 
   it('publishes every final row to the outcomes queue: deduplicated by record_key and status they equal the table, with no token or key', async () => {
