@@ -122,8 +122,8 @@ async function handOver(stack: LocalStack): Promise<void> {
   stack.captcha.setKeyRevoked(false);
   stack.captcha.setThreads(E2E.threads);
   stack.site.setFaults({ dropAfterPost: null });
-  const endpoint = stack.awsEnv.AWS_ENDPOINT_URL;
-  if (endpoint) await clearAwsFaults(endpoint);
+  // The emulator's fault rules exist on moto only (local/emulator/faults.py).
+  if (stack.moto) await clearAwsFaults(stack.moto.endpoint);
   if ((await stack.control.readState()).paused) await stack.control.resume('e2e-handover', 'next test file');
   await waitFor('the deployed cap', async () => (await deployedCap(stack)) === CAP);
   // What the earlier file left queued or held is dropped; its invocations and tasks end; what
