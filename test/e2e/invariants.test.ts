@@ -16,7 +16,7 @@ import {
   isFinal,
   outcomesOf,
   redriveWithCli,
-  startE2eStack,
+  sharedE2eStack,
   uniquePrefix,
   waitFor,
 } from './harness.js';
@@ -30,15 +30,15 @@ const CAP_RECORDS = TARGET.capRecords;
 // The six invariants of docs/design.md, end to end: the real CDK app deployed to moto, run by the
 // local runtime against the CaptchaAI and target-site stand-ins, or, with
 // THREADGATE_E2E_TARGET=localstack, deployed to LocalStack, which runs the functions (what the
-// suite can assert there is chosen in ./target.ts). One deployment for the file
-// (on two cores, parallel deployments starve each other's time-scaled stand-ins); each test
-// uses its own record keys and resets the stand-ins' counters. Order matters only in that the
+// suite can assert there is chosen in ./target.ts). The deployment is the worker's shared one
+// (./harness.ts sharedE2eStack: on two cores, parallel deployments starve each other's
+// time-scaled stand-ins); each test uses its own record keys and resets the stand-ins' counters. Order matters only in that the
 // stop test runs last and leaves the pipeline resumed.
 describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
   let stack: LocalStack;
 
   beforeAll(async () => {
-    stack = await startE2eStack('invariants');
+    stack = await sharedE2eStack('invariants');
   });
 
   afterAll(async () => {

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
 import { addAwsFaults, awsFaults, clearAwsFaults } from '../../local/emulator/fault-client.js';
 import type { LocalStack } from '../../local/stack/local-stack.js';
 import { generatedRecords } from '../../local/stack/records.js';
@@ -10,7 +10,7 @@ import {
   isFinal,
   logText,
   outcomesOf,
-  startE2eStack,
+  sharedE2eStack,
   TOKEN_PATTERN,
   uniquePrefix,
   waitFor,
@@ -24,10 +24,22 @@ import {
 let stack: LocalStack;
 
 beforeAll(async () => {
-  stack = await startE2eStack('lost-answers');
+  stack = await sharedE2eStack('lost-answers');
 }, 600_000);
 afterAll(async () => {
   await stack?.stop();
+});
+
+/**
+ * The final-write test spends most of its time waiting out a lease (its always-failing record
+ * can end only once its claim has expired) and needs nothing of the stack meanwhile but its own
+ * two records: the two tests run concurrently. The 502 test starts its run once the final-write
+ * records have had their in.php and their POST (no 502 can fall on them, and they hold no
+ * thread by then), and each test counts only its own records at the stand-ins.
+ */
+let finalWritePosted: () => void = () => undefined;
+const finalWriteRecordsPosted = new Promise<void>((resolve) => {
+  finalWritePosted = resolve;
 });
 
 function recordsOf(n: number, name: string) {
@@ -36,9 +48,12 @@ function recordsOf(n: number, name: string) {
 }
 
 describe('lost answers (local stack)', () => {
-  it('every 5th in.php answered by a 502 after its task was created: the stand-in never holds more tasks than the cap, and every record ends', async () => {
+  it.concurrent('every 5th in.php answered by a 502 after its task was created: the stand-in never holds more tasks than the cap, and every record ends', async ({
+    expect,
+  }) => {
     // Prepare
     const { bodies, keys } = recordsOf(100, 'lost-502');
+    await finalWriteRecordsPosted;
     stack.captcha.resetStats();
     const { next } = stack.captcha.events();
     stack.captcha.setLostAnswers({ html502: { every: 5 } });
@@ -72,7 +87,9 @@ describe('lost answers (local stack)', () => {
     expect(await dlqCount(stack)).toBe(0);
   }, 400_000);
 
-  it('final write: failing twice then succeeding gives one POST and a submitted row; failing always gives one POST and, after the lease, failed OUTCOME_UNKNOWN with no second solve', async () => {
+  it.concurrent('final write: failing twice then succeeding gives one POST and a submitted row; failing always gives one POST and, after the lease, failed OUTCOME_UNKNOWN with no second solve', async ({
+    expect,
+  }) => {
     // Prepare
     const { bodies, keys } = recordsOf(2, 'final-write');
     const [twice, always] = keys as [string, string];
@@ -89,9 +106,15 @@ describe('lost answers (local stack)', () => {
       { operation: 'UpdateItem', key: { record_key: always }, contains: [finalWrite], times: 0 },
     ]);
     const { next } = stack.site.events();
-    stack.captcha.resetStats();
+    const postsOfMine = () =>
+      stack.site.events(next).entries.filter((e) => e.kind === 'post-received' && keys.includes(e.record));
     // Act
-    await feedQueue(stack, stack.outputs.QueueUrl, bodies);
+    try {
+      await feedQueue(stack, stack.outputs.QueueUrl, bodies);
+      await waitFor('a POST of each record', () => new Set(postsOfMine().map((e) => e.record)).size === 2);
+    } finally {
+      finalWritePosted();
+    }
     await waitFor('both records', () => allFinished(stack, bodies), { timeoutMs: 240_000, intervalMs: 1000 });
     const rules = await awsFaults(endpoint);
     await clearAwsFaults(endpoint);
@@ -101,9 +124,12 @@ describe('lost answers (local stack)', () => {
     const rows = await outcomesOf(stack, keys);
     expect(rows.get(twice)).toMatchObject({ status: 'submitted' });
     expect(rows.get(always)).toMatchObject({ status: 'failed', reason: 'OUTCOME_UNKNOWN' });
-    // One POST each at the target, one in.php each at the stand-in.
-    const posts = stack.site.events(next).entries.filter((e) => e.kind === 'post-received');
-    expect(posts.map((e) => e.record).sort()).toEqual([...keys].sort());
+    // One POST each at the target, one in.php each at the stand-in (the 502 test's records beside them are its own).
+    expect(
+      postsOfMine()
+        .map((e) => e.record)
+        .sort(),
+    ).toEqual([...keys].sort());
     const inPhp = stack.captcha
       .events()
       .entries.filter((e) => e.kind === 'in.php' && keys.includes(e.record));

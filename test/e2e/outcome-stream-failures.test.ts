@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { addAwsFaults, awsFaults } from '../../local/emulator/fault-client.js';
 import type { LocalStack } from '../../local/stack/local-stack.js';
 import { cliEnv, runCli } from '../fixtures/cli.js';
-import { startE2eStack, uniquePrefix, waitFor } from './harness.js';
+import { sharedE2eStack, uniquePrefix, waitFor } from './harness.js';
 import { e2eTarget } from './target.js';
 
 /**
@@ -62,7 +62,7 @@ async function writeSubmitted(recordKey: string): Promise<void> {
 
 describe.skipIf(e2eTarget() !== 'moto')('outcome stream failures (deployed local stack)', () => {
   beforeAll(async () => {
-    stack = await startE2eStack('stream-failures');
+    stack = await sharedE2eStack('stream-failures');
   }, 600_000);
   afterAll(async () => {
     await stack?.stop();
