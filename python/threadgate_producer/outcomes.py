@@ -130,10 +130,11 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     on a stop-class error), 2 if one failed or was rejected, else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
-    makes it time out.
+    makes it time out. `expect=0` (every record refused, say) is done at once with exit 0 while no
+    row carries the batch, and "too_many" if one does.
     """
-    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 1:
-        raise ValueError(f"expect must be a positive whole number, got {expect!r}")
+    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
+        raise ValueError(f"expect must be a whole number >= 0, got {expect!r}")
     started = now()
     while True:
         rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
