@@ -211,7 +211,7 @@ export class Threadgate extends Construct {
     });
   }
 
-  /** Send job messages to the jobs queue (SendMessage, SendMessageBatch). */
+  /** Send job messages to the jobs queue: sqs:SendMessage (SendMessage and SendMessageBatch), GetQueueAttributes, GetQueueUrl. */
   grantSendJobs(grantee: iam.IGrantable): iam.Grant {
     return this.jobsQueue.grantSendMessages(grantee);
   }
@@ -230,6 +230,25 @@ export class Threadgate extends Construct {
       ],
       resourceArns: [this.outcomesTable.tableArn, `${this.outcomesTable.tableArn}/index/${BATCH_INDEX_NAME}`],
     });
+  }
+
+  /**
+   * Everything a producer using the Python package (`threadgate_producer`) calls: `send` (the
+   * jobs queue: SendMessage, GetQueueAttributes, GetQueueUrl), `stack_outputs`
+   * (cloudformation:DescribeStacks on this stack), `wait`, `batch_outcomes` and `key_outcomes`
+   * (the outcome reads of {@link grantReadOutcomes}) and the pipeline-state parameter `wait`
+   * reads with `state_parameter` (ssm:GetParameter on that one parameter).
+   */
+  grantProduce(grantee: iam.IGrantable): iam.Grant {
+    return [
+      this.grantReadOutcomes(grantee),
+      this.grantDescribeStack(grantee),
+      iam.Grant.addToPrincipal({
+        grantee,
+        actions: ['ssm:GetParameter'],
+        resourceArns: [this.parts.pipelineState.parameter.parameterArn],
+      }),
+    ].reduce((a, b) => a.combine(b), this.grantSendJobs(grantee));
   }
 
   /** Receive and delete messages of the outcomes queue. Throws when `outcomeStream` is false. */
@@ -252,16 +271,6 @@ export class Threadgate extends Construct {
     const stack = Stack.of(this);
     const { parts } = this;
     const statements: { actions: string[]; resourceArns: string[] }[] = [
-      {
-        actions: ['cloudformation:DescribeStacks'],
-        resourceArns: [
-          stack.formatArn({
-            service: 'cloudformation',
-            resource: 'stack',
-            resourceName: `${stack.stackName}/*`,
-          }),
-        ],
-      },
       {
         actions: ['lambda:GetFunctionConfiguration'],
         resourceArns: [parts.worker.fn.functionArn, parts.adjuster.fn.functionArn],
@@ -289,7 +298,7 @@ export class Threadgate extends Construct {
     ];
     const grant = statements
       .map((s) => iam.Grant.addToPrincipal({ grantee, ...s }))
-      .reduce((a, b) => a.combine(b));
+      .reduce((a, b) => a.combine(b), this.grantDescribeStack(grantee));
     const failures = parts.outcomeStream?.failures;
     return [
       this.jobsQueue.grant(grantee, 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage'),
@@ -311,6 +320,15 @@ export class Threadgate extends Construct {
         ],
       }),
     ].reduce((a, b) => a.combine(b), grant);
+  }
+
+  /** Read this stack's outputs: cloudformation:DescribeStacks on the enclosing stack's own ARN (its id, no wildcard). */
+  private grantDescribeStack(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['cloudformation:DescribeStacks'],
+      resourceArns: [Stack.of(this).stackId],
+    });
   }
 
   /** The CloudFormation outputs the CLI and the local stack read, under their plain names (infra/outputs.ts). */
