@@ -80,15 +80,21 @@ def key_outcomes(table_name: str, record_keys, *, dynamodb=None, sleep=time.slee
 class WaitResult:
     """How a wait ended; `exit_code` is the one `threadgate wait --batch` would give."""
 
+    #: The batch waited for.
     batch_id: str
+    #: `expect` as passed.
     expected: int
+    #: Records of the batch that ended (submitted, failed, rejected or stopped).
     ended: int
     #: Rows by status (submitted, failed, rejected, stopped, in_progress).
     counts: Dict[str, int]
     #: done, too_many, paused or timeout.
     end: str
+    #: EXIT_OK, EXIT_BAD_TASK, EXIT_STOP or EXIT_TRANSIENT.
     exit_code: int
+    #: One line saying how it ended and why, as the CLI prints it.
     message: str
+    #: The batch's outcome rows at the end (dicts with the table's attributes; never a token).
     rows: List[dict] = field(default_factory=list, repr=False)
 
 

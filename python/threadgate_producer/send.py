@@ -18,13 +18,18 @@ ATTEMPTS = 6
 class Refusal:
     """A record that was not sent, with why: the schema's reasons, or SQS's for a sender fault."""
 
+    #: The record's position in `records`.
     index: int
+    #: Its record_key, when it has a string one.
     record_key: Optional[str]
+    #: Why: `field: problem` per schema rule broken, or `SQS: <code>: <message>`.
     reasons: List[str]
 
 
 @dataclass
 class SendResult:
+    """What `send` did with the records."""
+
     #: Messages SQS accepted.
     sent: int = 0
     #: Records not sent: refused by the schema before sending, or by SQS as the sender's fault.
