@@ -26,5 +26,5 @@ describe('docs/deploying.md', () => {
     const documented = new Set(policy.Statement.flatMap((s) => [s.Action].flat()));
     const granted = new Set(grantStatements('grantOperate').flatMap((s) => s.actions));
     expect([...documented].sort()).toEqual([...granted].sort());
-  });
+  }, 120_000);
 });

@@ -61,5 +61,5 @@ describe('docs/construct.md', () => {
     );
     expect(actions('grantProduce')).toContain('ssm:GetParameter');
     expect(actions('grantProduce')).not.toContain('ssm:PutParameter');
-  });
+  }, 120_000);
 });
