@@ -18,7 +18,7 @@ describe('docs/deploying.md', () => {
         .map((a) => a.name.replace('<name>-', ''))
         .sort(),
     );
-  });
+  }, 240_000);
 
   it("gives outside CDK the operator policy with exactly grantOperate's actions", () => {
     const block = /```json\n(\{"Version"[\s\S]*?)```/.exec(DOC)?.[1] ?? '{}';
@@ -26,5 +26,5 @@ describe('docs/deploying.md', () => {
     const documented = new Set(policy.Statement.flatMap((s) => [s.Action].flat()));
     const granted = new Set(grantStatements('grantOperate').flatMap((s) => s.actions));
     expect([...documented].sort()).toEqual([...granted].sort());
-  }, 120_000);
+  }, 240_000);
 });

@@ -18,7 +18,7 @@ describe('docs/construct.md', () => {
       readFileSync(CONSTRUCT_REFERENCE_PATH, 'utf8'),
       'docs/construct.md is stale: npm run docs:construct',
     ).toBe(renderConstructReference());
-  }, 120_000);
+  }, 240_000);
 
   it('documents every prop with a description and a default', () => {
     for (const p of propDocs()) {
@@ -61,5 +61,5 @@ describe('docs/construct.md', () => {
     );
     expect(actions('grantProduce')).toContain('ssm:GetParameter');
     expect(actions('grantProduce')).not.toContain('ssm:PutParameter');
-  }, 120_000);
+  }, 240_000);
 });
