@@ -34,6 +34,8 @@ export async function renderCliReference(): Promise<string> {
   return [
     '# CLI reference',
     '',
+    '**For:** operators who want every option of every command in one place.',
+    '',
     "Generated from the program's own `--help` (`npm run docs:cli`); a test fails when it differs.",
     `The guide with examples is [cli](cli.md). ${dev} are development commands: they run from a`,
     'checkout, not from the installed package.',

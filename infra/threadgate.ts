@@ -28,67 +28,171 @@ export type PerCaptchaTypeMs = number | Partial<Record<CaptchaType, number>>;
 export interface ThreadgateProps {
   /**
    * Prefix of the function names (`<name>-worker`, …), the SSM parameter `/<name>/pipeline-state`,
-   * the alarms and the dashboard, and the metrics' `service` dimension. Letters, digits, hyphens, ≤ 50.
+   * the alarms and the dashboard, and the metrics' `service` dimension.
+   * Valid range: a letter, then letters, digits and hyphens, at most 50 characters.
    * @default the enclosing stack's name
    */
   readonly name?: string;
-  /** Target hosts the worker may contact: exact host or `*.suffix` (an optional `:port` is ignored). The worker refuses to start while it is empty. @default [] */
+  /**
+   * Target hosts the worker may contact: exact host or `*.suffix` (an optional `:port` is ignored).
+   * The worker refuses to start while it is empty.
+   * @default []
+   */
   readonly allowedHosts?: readonly string[];
-  /** DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver. @default [] (the system resolver) */
+  /**
+   * DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver.
+   * @default [] (the system resolver)
+   */
   readonly dnsServers?: readonly string[];
-  /** Plan threads kept free for anything else using the same CaptchaAI key (cap = threads − reserve). @default 1 */
+  /**
+   * Plan threads kept free for anything else using the same CaptchaAI key (cap = threads − reserve).
+   * Valid range: 0–10000.
+   * @default 1
+   */
   readonly reserve?: number;
-  /** Cap deployed before the cap adjuster's first run (reserved concurrency and mapping maximum). @default 4 */
+  /**
+   * Cap deployed before the cap adjuster's first run (reserved concurrency and mapping maximum).
+   * Valid range: 1–1000, and within minCap..maxCap.
+   * @default 4
+   */
   readonly initialCap?: number;
-  /** The adjuster never sets a lower cap (≥ 1; a pause is not a cap of 0). @default 1 */
+  /**
+   * The adjuster never sets a lower cap (a pause is not a cap of 0).
+   * Valid range: 1–1000, and at most maxCap.
+   * @default 1
+   */
   readonly minCap?: number;
-  /** The adjuster never sets a higher cap (≤ 1000, the mapping's limit). @default 100 */
+  /**
+   * The adjuster never sets a higher cap (1000 is the mapping's limit).
+   * Valid range: 1–1000.
+   * @default 100
+   */
   readonly maxCap?: number;
-  /** CaptchaAI base URL. @default 'https://ocr.captchaai.com' */
+  /**
+   * CaptchaAI base URL.
+   * Valid range: an absolute http(s) URL.
+   * @default 'https://ocr.captchaai.com'
+   */
   readonly captchaaiUrl?: string;
-  /** Name (not ARN) of the Secrets Manager secret holding the API key, created outside the stack. @default 'threadgate/captchaai-api-key' */
+  /**
+   * Name (not ARN) of the Secrets Manager secret holding the API key, created outside the stack.
+   * Valid range: 1–512 characters of letters, digits and `/_+=.@-`.
+   * @default 'threadgate/captchaai-api-key'
+   */
   readonly secretName?: string;
-  /** Multiplies every CaptchaAI wait, deadline and HTTP timeout of the worker's client. @default 1 */
+  /**
+   * Multiplies every CaptchaAI wait, deadline and HTTP timeout of the worker's client.
+   * Valid range: 0.0001–10.
+   * @default 1
+   */
   readonly timeScale?: number;
-  /** Timeout of each HTTP call to the target form, in ms (real time). @default 15000 */
+  /**
+   * Timeout of each HTTP call to the target form, in ms (real time).
+   * Valid range: 100–120000.
+   * @default 15000
+   */
   readonly targetTimeoutMs?: number;
-  /** How long a record that hit the CaptchaAI deadline keeps its slot, in ms (real time). @default 60000 */
+  /**
+   * How long a record that hit the CaptchaAI deadline keeps its slot, in ms (real time).
+   * Valid range: 0–600000.
+   * @default 60000
+   */
   readonly cooldownMs?: number;
-  /** Wait between two res.php polls of one task, in ms (× timeScale). @default 3000 for reCAPTCHA, 2000 for Turnstile and image */
+  /**
+   * Wait between two res.php polls of one task, in ms (× timeScale): one number for every type, or per type.
+   * Valid range: 500–60000 for each type.
+   * @default 3000 for reCAPTCHA, 2000 for Turnstile and image
+   */
   readonly pollIntervalMs?: PerCaptchaTypeMs;
-  /** Wait from the submit to the first res.php poll, in ms (× timeScale). @default 15000 for reCAPTCHA, 5000 for Turnstile and image */
+  /**
+   * Wait from the submit to the first res.php poll, in ms (× timeScale): one number for every type, or per type.
+   * Valid range: 0–120000 for each type.
+   * @default 15000 for reCAPTCHA, 5000 for Turnstile and image
+   */
   readonly firstPollMs?: PerCaptchaTypeMs;
-  /** Most res.php polls of one task, the last kept for the deadline (2..19). @default 17 */
+  /**
+   * Most res.php polls of one task on the static schedule, the last kept for the deadline.
+   * Valid range: 2–19.
+   * @default 17
+   */
   readonly pollBudget?: number;
-  /** `learned` (polls placed from each environment's own solve times, per type) or `static` (firstPollMs, pollIntervalMs and pollBudget, pinned). @default 'learned' */
+  /**
+   * `learned` (polls placed from each environment's own solve times, per type) or `static`
+   * (firstPollMs, pollIntervalMs and pollBudget, pinned).
+   * @default 'learned'
+   */
   readonly pollSchedule?: 'learned' | 'static';
-  /** Mean res.php calls per solve the learned schedule may spend (1–19). @default 12 */
+  /**
+   * Mean res.php calls per solve the learned schedule may spend.
+   * Valid range: 1–19.
+   * @default 12
+   */
   readonly pollMeanBudget?: number;
   /**
    * How long after its start a worker invocation keeps taking the next message itself, one record
-   * at a time, the next task submitted as soon as the previous answer is in hand (0–900 s; 0: one
-   * record per invocation). Added to the default timeout within Lambda's 900 s. @default 120 × timeScale
+   * at a time, the next task submitted as soon as the previous answer is in hand (0: one record per
+   * invocation). Added to the default timeout within Lambda's 900 s.
+   * Valid range: 0–900.
+   * @default 120 × timeScale
    */
   readonly chainSeconds?: number;
-  /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (751 s) plus chainSeconds (871 s at the defaults), at least 10, at most 900 */
+  /**
+   * Worker timeout in seconds; a value below the worst-case attempt is refused.
+   * Valid range: 1–900, and at least the worst case of one record.
+   * @default the worst case of one record (751 s) plus chainSeconds (871 s at the defaults), at least 10, at most 900
+   */
   readonly workerTimeoutSeconds?: number;
-  /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 256 */
+  /**
+   * Worker memory in MB; the default rests on the worker's peak RSS measured as Lambda runs it.
+   * Valid range: 128–10240.
+   * @default 256
+   */
   readonly workerMemoryMb?: number;
-  /** Receives before SQS moves a message to the DLQ (≥ 5). @default 5 */
+  /**
+   * Receives before SQS moves a message to the DLQ.
+   * Valid range: 5–1000.
+   * @default 5
+   */
   readonly maxReceiveCount?: number;
-  /** Receives after which the worker records a transient failure instead of retrying (< maxReceiveCount). @default 3 */
+  /**
+   * Receives after which the worker records a transient failure instead of retrying.
+   * Valid range: 1–1000, and below maxReceiveCount.
+   * @default 3
+   */
   readonly transientReceiveLimit?: number;
-  /** How long a record's in-progress claim lasts, in seconds (> workerTimeoutSeconds). @default workerTimeoutSeconds + 10 % (at least + 5) */
+  /**
+   * How long a record's in-progress claim lasts, in seconds.
+   * Valid range: 1–43200, and above workerTimeoutSeconds.
+   * @default workerTimeoutSeconds + 10 % (at least + 5)
+   */
   readonly leaseSeconds?: number;
-  /** Visibility timeout of the jobs queue in seconds (>= the worker timeout): how soon the message of an invocation that died comes back. @default 6 × the worker timeout */
+  /**
+   * Visibility timeout of the jobs queue in seconds: how soon the message of an invocation that died comes back.
+   * Valid range: 1–43200, and at least workerTimeoutSeconds.
+   * @default 6 × the worker timeout
+   */
   readonly visibilityTimeoutSeconds?: number;
-  /** Threshold of the oldest-job alarm, in seconds. @default 3600 */
+  /**
+   * Threshold of the oldest-job alarm, in seconds.
+   * Valid range: 60–1209600.
+   * @default 3600
+   */
   readonly oldestMessageAlarmSeconds?: number;
-  /** Retention of the functions' log groups, in days (a CloudWatch Logs value). @default 30 */
+  /**
+   * Retention of the functions' log groups, in days.
+   * Valid range: a CloudWatch Logs retention value (1, 3, 5, 7, 14, 30, 60, 90, … 3653).
+   * @default 30
+   */
   readonly logRetentionDays?: number;
-  /** SNS topic ARN the alarms notify. @default none */
+  /**
+   * SNS topic ARN every alarm notifies.
+   * @default none
+   */
   readonly alarmTopicArn?: string;
-  /** Publish every final outcome to an outcomes queue (table stream → publisher Lambda → SQS). @default true */
+  /**
+   * Publish every final outcome to an outcomes queue (table stream → publisher Lambda → SQS).
+   * @default true
+   */
   readonly outcomeStream?: boolean;
   /**
    * Add the stack outputs the `threadgate` CLI reads (QueueUrl, TableName, …) under their plain
@@ -131,12 +235,19 @@ export class Threadgate extends Construct {
   readonly worker: lambda.IFunction;
   /** The parts, for wiring beyond the grants below. */
   readonly parts: {
+    /** The jobs queue and its DLQ (`queue`, `dlq`). */
     readonly queues: JobQueues;
+    /** The outcomes table (`table`) and its batch index. */
     readonly outcomes: OutcomesTable;
+    /** The pipeline-state SSM parameter (`parameter`) the worker pauses and `threadgate resume` clears. */
     readonly pipelineState: PipelineState;
+    /** The worker function (`fn`) and its jobs-queue mapping (`mapping`). */
     readonly worker: Worker;
+    /** The cap adjuster function (`fn`) and its one-minute rule (`rule`). */
     readonly adjuster: CapAdjuster;
+    /** The alarms and the dashboard. */
     readonly monitoring: Monitoring;
+    /** The outcomes queue, its publisher (`fn`) and failure queue (`failures`); none with `outcomeStream: false`. */
     readonly outcomeStream: OutcomeStream | undefined;
     /** The shared solve times of the learned poll schedule (none with `pollSchedule: 'static'`). */
     readonly solveTimes: SolveTimesTable | undefined;
@@ -211,7 +322,7 @@ export class Threadgate extends Construct {
     });
   }
 
-  /** Send job messages to the jobs queue (SendMessage, SendMessageBatch). */
+  /** Send job messages to the jobs queue: sqs:SendMessage (SendMessage and SendMessageBatch), GetQueueAttributes, GetQueueUrl. */
   grantSendJobs(grantee: iam.IGrantable): iam.Grant {
     return this.jobsQueue.grantSendMessages(grantee);
   }
@@ -230,6 +341,25 @@ export class Threadgate extends Construct {
       ],
       resourceArns: [this.outcomesTable.tableArn, `${this.outcomesTable.tableArn}/index/${BATCH_INDEX_NAME}`],
     });
+  }
+
+  /**
+   * Everything a producer using the Python package (`threadgate_producer`) calls: `send` (the
+   * jobs queue: SendMessage, GetQueueAttributes, GetQueueUrl), `stack_outputs`
+   * (cloudformation:DescribeStacks on this stack), `wait`, `batch_outcomes` and `key_outcomes`
+   * (the outcome reads of {@link grantReadOutcomes}) and the pipeline-state parameter `wait`
+   * reads with `state_parameter` (ssm:GetParameter on that one parameter).
+   */
+  grantProduce(grantee: iam.IGrantable): iam.Grant {
+    return [
+      this.grantReadOutcomes(grantee),
+      this.grantDescribeStack(grantee),
+      iam.Grant.addToPrincipal({
+        grantee,
+        actions: ['ssm:GetParameter'],
+        resourceArns: [this.parts.pipelineState.parameter.parameterArn],
+      }),
+    ].reduce((a, b) => a.combine(b), this.grantSendJobs(grantee));
   }
 
   /** Receive and delete messages of the outcomes queue. Throws when `outcomeStream` is false. */
@@ -252,16 +382,6 @@ export class Threadgate extends Construct {
     const stack = Stack.of(this);
     const { parts } = this;
     const statements: { actions: string[]; resourceArns: string[] }[] = [
-      {
-        actions: ['cloudformation:DescribeStacks'],
-        resourceArns: [
-          stack.formatArn({
-            service: 'cloudformation',
-            resource: 'stack',
-            resourceName: `${stack.stackName}/*`,
-          }),
-        ],
-      },
       {
         actions: ['lambda:GetFunctionConfiguration'],
         resourceArns: [parts.worker.fn.functionArn, parts.adjuster.fn.functionArn],
@@ -289,7 +409,7 @@ export class Threadgate extends Construct {
     ];
     const grant = statements
       .map((s) => iam.Grant.addToPrincipal({ grantee, ...s }))
-      .reduce((a, b) => a.combine(b));
+      .reduce((a, b) => a.combine(b), this.grantDescribeStack(grantee));
     const failures = parts.outcomeStream?.failures;
     return [
       this.jobsQueue.grant(grantee, 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage'),
@@ -311,6 +431,15 @@ export class Threadgate extends Construct {
         ],
       }),
     ].reduce((a, b) => a.combine(b), grant);
+  }
+
+  /** Read this stack's outputs: cloudformation:DescribeStacks on the enclosing stack's own ARN (its id, no wildcard). */
+  private grantDescribeStack(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['cloudformation:DescribeStacks'],
+      resourceArns: [Stack.of(this).stackId],
+    });
   }
 
   /** The CloudFormation outputs the CLI and the local stack read, under their plain names (infra/outputs.ts). */

@@ -62,7 +62,7 @@ export function registerLoad(program: Command): void {
       'after',
       `
 The default run (5,000 records, cap 50, 4 producers, 5 % duplicates, time scale 0.1) took
-856.8 s (about 14 minutes; docs/load.md) on the project's 2-core machine and needs several GB
+856.8 s (about 14 minutes, in the older run docs/load.md records) on the project's 2-core machine and needs several GB
 of memory (one worker thread per environment). Exit code 1 when an invariant fails or the run does not finish.
 
 Examples:

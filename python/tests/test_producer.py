@@ -1,8 +1,9 @@
 """Unit tests of threadgate_producer without AWS: validation, batching and retries of send(),
 and the done/exit-code rules of wait(). Fake clients stand in for boto3's here only; the
-integration test (test/integration/python/producer.test.ts) runs the package against the
+integration test (test/integration/package/install.test.ts) runs the package against the
 deployed local stack."""
 
+import json
 import os
 import sys
 import unittest
@@ -20,10 +21,11 @@ class FakeSqs:
     """Fails the first `transient` attempts of every entry on SQS's side; sender-faults `bad` keys."""
 
     def __init__(self, transient=0, bad=()):
-        self.transient, self.bad, self.calls, self.seen = transient, set(bad), [], {}
+        self.transient, self.bad, self.calls, self.seen, self.bodies = transient, set(bad), [], {}, []
 
     def send_message_batch(self, QueueUrl, Entries):
         self.calls.append([e["Id"] for e in Entries])
+        self.bodies.extend(json.loads(e["MessageBody"]) for e in Entries)
         ok, failed = [], []
         for e in Entries:
             self.seen[e["Id"]] = self.seen.get(e["Id"], 0) + 1
@@ -85,10 +87,12 @@ class Send(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             tg.send("url", [GOOD], sqs=FakeSqs(transient=99), sleep=lambda s: None)
 
-    def test_refuses_a_record_of_another_batch(self):
-        result = tg.send("url", [{**GOOD, "batch_id": "other"}], batch_id="b1", sqs=FakeSqs())
-        self.assertEqual(result.sent, 0)
-        self.assertIn("batch_id", result.refused[0].reasons[0])
+    def test_sends_a_record_of_another_batch_under_the_batch_being_sent(self):
+        sqs = FakeSqs()
+        result = tg.send("url", [{**GOOD, "batch_id": "other"}], batch_id="b1", sqs=sqs)
+        self.assertEqual((result.sent, result.refused), (1, []))
+        self.assertEqual(len(sqs.calls), 1)
+        self.assertEqual(sqs.bodies[0]["batch_id"], "b1")
 
 
 def rows(**counts):
@@ -109,6 +113,18 @@ class WaitRules(unittest.TestCase):
     def test_more_records_than_expected_ends_at_once_with_2(self):
         self.assertEqual(tally(rows(submitted=4), 3)[2], ("too_many", tg.EXIT_BAD_TASK))
         self.assertEqual(tally(rows(submitted=1, in_progress=3), 3)[2], ("too_many", tg.EXIT_BAD_TASK))
+
+    def test_expect_0_is_done_at_once_unless_a_row_carries_the_batch(self):
+        def table(items):
+            return type("D", (), {"query": lambda self, **kw: {"Items": items}})()
+
+        empty = tg.wait("t", "b", expect=0, dynamodb=table([]), sleep=lambda s: None)
+        self.assertEqual((empty.end, empty.exit_code, empty.counts), ("done", tg.EXIT_OK, {}))
+        one = tg.wait("t", "b", expect=0, dynamodb=table([{"record_key": {"S": "a"}, "status": {"S": "submitted"}}]),
+                      sleep=lambda s: None)
+        self.assertEqual((one.end, one.exit_code), ("too_many", tg.EXIT_BAD_TASK))
+        with self.assertRaises(ValueError):
+            tg.wait("t", "b", expect=-1, dynamodb=table([]))
 
     def test_times_out_with_4(self):
         clock = iter(range(0, 1000, 5))

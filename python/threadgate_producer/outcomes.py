@@ -80,15 +80,21 @@ def key_outcomes(table_name: str, record_keys, *, dynamodb=None, sleep=time.slee
 class WaitResult:
     """How a wait ended; `exit_code` is the one `threadgate wait --batch` would give."""
 
+    #: The batch waited for.
     batch_id: str
+    #: `expect` as passed.
     expected: int
+    #: Records of the batch that ended (submitted, failed, rejected or stopped).
     ended: int
     #: Rows by status (submitted, failed, rejected, stopped, in_progress).
     counts: Dict[str, int]
     #: done, too_many, paused or timeout.
     end: str
+    #: EXIT_OK, EXIT_BAD_TASK, EXIT_STOP or EXIT_TRANSIENT.
     exit_code: int
+    #: One line saying how it ended and why, as the CLI prints it.
     message: str
+    #: The batch's outcome rows at the end (dicts with the table's attributes; never a token).
     rows: List[dict] = field(default_factory=list, repr=False)
 
 
@@ -130,10 +136,11 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     on a stop-class error), 2 if one failed or was rejected, else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
-    makes it time out.
+    makes it time out. `expect=0` (every record refused, say) is done at once with exit 0 while no
+    row carries the batch, and "too_many" if one does.
     """
-    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 1:
-        raise ValueError(f"expect must be a positive whole number, got {expect!r}")
+    if not isinstance(expect, int) or isinstance(expect, bool) or expect < 0:
+        raise ValueError(f"expect must be a whole number >= 0, got {expect!r}")
     started = now()
     while True:
         rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)

@@ -14,6 +14,7 @@ import re
 from importlib import resources
 from urllib.parse import urlsplit
 
+#: The job schema (JSON Schema, as a dict) that `validate` checks and the worker enforces.
 SCHEMA = json.loads(resources.files(__package__).joinpath("job.schema.json").read_text("utf-8"))
 
 _CHECKED = {

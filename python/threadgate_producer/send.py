@@ -18,13 +18,18 @@ ATTEMPTS = 6
 class Refusal:
     """A record that was not sent, with why: the schema's reasons, or SQS's for a sender fault."""
 
+    #: The record's position in `records`.
     index: int
+    #: Its record_key, when it has a string one.
     record_key: Optional[str]
+    #: Why: `field: problem` per schema rule broken, or `SQS: <code>: <message>`.
     reasons: List[str]
 
 
 @dataclass
 class SendResult:
+    """What `send` did with the records."""
+
     #: Messages SQS accepted.
     sent: int = 0
     #: Records not sent: refused by the schema before sending, or by SQS as the sender's fault.
@@ -59,8 +64,7 @@ def send(queue_url: str, records, *, batch_id: Optional[str] = None, sqs=None,
          sleep=time.sleep) -> SendResult:
     """Validates each record (a dict) against the job schema and sends the valid ones.
 
-    `batch_id`, when given, is set on every record (a record that names another batch is
-    refused). Entries SQS fails on its side are retried with doubling waits; after the last
+    `batch_id`, when given, is set on every record, replacing a `batch_id` the record carries. Entries SQS fails on its side are retried with doubling waits; after the last
     attempt the rest raise RuntimeError (nothing is dropped silently). Sending a record
     twice is safe: the worker solves and submits each record_key once.
     """
@@ -71,9 +75,7 @@ def send(queue_url: str, records, *, batch_id: Optional[str] = None, sqs=None,
         key = record.get("record_key") if isinstance(record, dict) else None
         key = key if isinstance(key, str) else None
         if isinstance(record, dict) and batch_id is not None:
-            if record.get("batch_id", batch_id) != batch_id:
-                result.refused.append(Refusal(index, key, [f"batch_id: is {record['batch_id']!r}, not the batch being sent ({batch_id!r})"]))
-                continue
+            # The caller's batch wins over one a job line carries, so `wait(..., batch_id)` finds every record sent.
             record = {**record, "batch_id": batch_id}
         reasons = validate(record)
         if reasons:

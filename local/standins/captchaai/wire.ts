@@ -73,8 +73,8 @@ export interface LostAnswerFaults {
 
 /**
  * A late answer comes at least this late in real time: the worker's HTTP timeout to CaptchaAI is
- * never below 5 s whatever the time scale (functions/worker/config.ts), and a late answer must
- * come after it.
+ * never below MIN_CAPTCHAAI_HTTP_TIMEOUT_MS (2 s) whatever the time scale (functions/worker/config.ts),
+ * and a late answer must come after it.
  */
 export const LATE_FLOOR_MS = 6_000;
 

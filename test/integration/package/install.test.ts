@@ -1,7 +1,16 @@
-import { type SpawnOptions, spawn } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, type SpawnOptions, spawn } from 'node:child_process';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { paginateQuery } from '@aws-sdk/lib-dynamodb';
 import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
@@ -15,10 +24,16 @@ import { startE2eStack, uniquePrefix } from '../../e2e/harness.js';
 import { deliveryInvariants, type TemplateJson } from '../../fixtures/template-invariants.js';
 
 /**
- * The packages as a user gets them, outside the checkout: the npm tarball installed into an
- * empty project (with only aws-cdk-lib, constructs and cdk-nag beside it), a consumer's CDK
- * app synthesized from it, its `threadgate` program run against the stack deployed to moto,
- * and the Python wheel installed into a fresh virtualenv sending and waiting for a batch.
+ * README's "Start here", run as written from a clean copy of the repository (its tracked and
+ * unignored files, no node_modules, no dist): the build block (`npm ci && npm pack`, `pip
+ * wheel`) in the copy; the platform team's `npm install` of the tarball in a consumer project
+ * beside it (with only aws-cdk-lib, constructs and cdk-nag there), its CDK snippet with the
+ * three roles' grants synthesized under cdk-nag, and `threadgate secret set`; the operator's
+ * global install and `threadgate status`; the data engineer's wheel install and one-liner with
+ * README's job line, against the stack deployed to moto. The one line not run is `npx cdk
+ * deploy` (the harness deploys the same construct to moto). No IAM-checking emulator: the
+ * boto3 calls the one-liner makes are recorded and each must be allowed by the grant README
+ * gives the data job, in the synthesized policy. Then the wheel's API at large.
  */
 const LIBS = ['aws-cdk-lib', 'constructs', 'cdk-nag'].map(
   (name) =>
@@ -64,21 +79,78 @@ function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   return { ...env, ...extra };
 }
 
+const README = readFileSync(`${PACKAGE_ROOT}README.md`, 'utf8');
+const START_HERE = README.slice(
+  README.indexOf('## Start here'),
+  README.indexOf('\n## ', README.indexOf('## Start here') + 1),
+);
+/** README's "Start here" code blocks of one language, in order. */
+const blocks = (lang: string) =>
+  [...START_HERE.matchAll(new RegExp(`\`\`\`${lang}\n([\\s\\S]*?)\`\`\``, 'g'))].map((m) => m[1] as string);
+const [BUILD, PLATFORM, OPERATOR, DATA] = blocks('sh') as [string, string, string, string];
+const CDK_SNIPPET = blocks('ts')[0] ?? '';
+const JOB_LINE = (blocks('json')[0] ?? '').trim();
+/** The stack name README's commands use, replaced by the deployed one. */
+const README_STACK = 'MyAppStack';
+
+/** A consumer's CDK app around README's snippet: its import, its construct and grants, and the roles it names. */
 const CONSUMER_APP = `import { App, Stack, Validations } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { AwsSolutionsChecks } from 'cdk-nag';
-import { Threadgate } from 'threadgate/cdk';
+${CDK_SNIPPET.split('\n')
+  .filter((l) => l.startsWith('import '))
+  .join('\n')}
 
 const app = new App({ outdir: 'cdk.out' });
 const stack = new Stack(app, 'ConsumerStack');
-const gate = new Threadgate(stack, 'Gate', { allowedHosts: ['forms.example.com'] });
-const jobs = new iam.Role(stack, 'JobRole', {
-  assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
-});
-gate.grantSendJobs(jobs);
+const role = (id) => new iam.Role(stack, id, { assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com') });
+const jobRole = role('JobRole');
+const opsRole = role('OpsRole');
+${CDK_SNIPPET.split('\n')
+  .filter((l) => !l.startsWith('import '))
+  .join('\n')
+  .replace(/new Threadgate\(this,/, 'new Threadgate(stack,')}
 Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
 app.synth();
 `;
+
+/** Records the AWS calls of a Python process (boto3's before-call event) as IAM actions. */
+const RECORD_CALLS = `import atexit, json, os
+if os.environ.get("TG_CALLS"):
+    import boto3
+    boto3.setup_default_session()
+    _calls = set()
+    _batch = {"SendMessageBatch": "SendMessage", "DeleteMessageBatch": "DeleteMessage"}
+    def _record(model, **kwargs):
+        _calls.add(model.service_model.signing_name + ":" + _batch.get(model.name, model.name))
+    boto3.DEFAULT_SESSION.events.register("before-call", _record)
+    atexit.register(lambda: open(os.environ["TG_CALLS"], "w").write(json.dumps(sorted(_calls))))
+`;
+
+/** Copies the repository as a clone has it: tracked and unignored files only. */
+function cleanCopy(to: string): void {
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
+    cwd: PACKAGE_ROOT,
+    encoding: 'utf8',
+  })
+    .split('\0')
+    .filter((f) => f && existsSync(join(PACKAGE_ROOT, f)));
+  for (const f of files) {
+    mkdirSync(dirname(join(to, f)), { recursive: true });
+    cpSync(join(PACKAGE_ROOT, f), join(to, f));
+  }
+}
+
+/** Every action a role's policies allow in a synthesized template. */
+function actionsOf(
+  template: { Resources: Record<string, { Type: string; Properties: Record<string, unknown> }> },
+  role: string,
+) {
+  return Object.values(template.Resources)
+    .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(role))
+    .flatMap((r) => (r.Properties.PolicyDocument as { Statement: { Action: string | string[] }[] }).Statement)
+    .flatMap((st) => [st.Action].flat());
+}
 
 describe('the packages, installed outside the checkout', () => {
   let work: string;
@@ -86,41 +158,39 @@ describe('the packages, installed outside the checkout', () => {
   let stack: LocalStack;
   let venvPython: string;
 
+  let clone: string;
+  let npmEnv: NodeJS.ProcessEnv;
+
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), 'threadgate-install-'));
+    clone = join(work, 'threadgate');
     project = join(work, 'consumer');
     mkdirSync(project);
     // The deployment starts while the packages build (synth cached; it needs no package).
     const started = startE2eStack('install');
-    await ok('npm', ['pack', '--pack-destination', work, '--prefer-offline'], { cwd: PACKAGE_ROOT });
-    const tarball = join(work, `threadgate-${VERSION}.tgz`);
+    cleanCopy(clone);
+    // README's build block, as written, in the clean copy (npm preferring its cache).
+    npmEnv = cleanEnv({
+      npm_config_prefer_offline: 'true',
+      npm_config_audit: 'false',
+      npm_config_fund: 'false',
+    });
+    await ok('bash', ['-e', '-c', BUILD], { cwd: clone, env: npmEnv });
     writeFileSync(
       join(project, 'package.json'),
       JSON.stringify({ name: 'consumer', private: true, type: 'module' }),
     );
-    await ok('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', ...LIBS, tarball], {
+    await ok('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', ...LIBS], {
       cwd: project,
-      env: cleanEnv(),
+      env: npmEnv,
     });
-    // The wheel from a copy of python/ (setuptools writes build/ beside the sources).
-    const source = join(work, 'python');
-    cpSync(join(PACKAGE_ROOT, 'python'), source, { recursive: true });
-    await ok('python3', ['-m', 'pip', 'wheel', '--no-deps', '--quiet', '-w', join(work, 'wheels'), source]);
+    // The platform team's install, as README writes it.
+    await ok('bash', ['-e', '-c', PLATFORM.split('\n')[0] ?? ''], { cwd: project, env: npmEnv });
     const venv = join(work, 'venv');
     await ok('python3', ['-m', 'venv', '--system-site-packages', venv]);
     venvPython = join(venv, 'bin', 'python');
-    const wheel = readdirSync(join(work, 'wheels')).find((f) => f.endsWith('.whl'));
-    await ok(venvPython, [
-      '-m',
-      'pip',
-      'install',
-      '--no-deps',
-      '--no-index',
-      '--quiet',
-      join(work, 'wheels', wheel!),
-    ]);
     stack = await started;
-  }, 600_000);
+  }, 900_000);
 
   afterAll(async () => {
     await stack?.stop();
@@ -143,11 +213,13 @@ describe('the packages, installed outside the checkout', () => {
     expect(deliveryInvariants(template as TemplateJson)).toEqual(
       deliveryInvariants(Template.fromStack(ours).toJSON() as TemplateJson),
     );
-    // The role may send jobs, nothing else.
-    const policy = Object.values(
-      template.Resources as Record<string, { Type: string; Properties: Record<string, unknown> }>,
-    ).find((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes('JobRole'));
-    expect(JSON.stringify(policy?.Properties.PolicyDocument)).toContain('sqs:SendMessage');
+    // README's grants reached the roles: the data job's and the operator's.
+    expect(actionsOf(template, 'JobRole')).toEqual(
+      expect.arrayContaining(['sqs:SendMessage', 'ssm:GetParameter']),
+    );
+    expect(actionsOf(template, 'OpsRole')).toEqual(
+      expect.arrayContaining(['lambda:UpdateEventSourceMapping']),
+    );
     // The prebundled functions, not a bundling step, made the assets.
     expect(readdirSync(join(project, 'cdk.out')).filter((f) => f.startsWith('asset.'))).toHaveLength(3);
   }, 120_000);
@@ -172,6 +244,79 @@ describe('the packages, installed outside the checkout', () => {
     expect(local.code).not.toBe(0);
     expect(local.stderr).toMatch(/development command: it runs from a checkout/);
   }, 120_000);
+
+  it("runs README's platform and operator commands: secret set from the consumer app, a global install and status", async () => {
+    const env: NodeJS.ProcessEnv = {
+      ...npmEnv,
+      ...cleanEnv(stack.awsEnv),
+      npm_config_prefix: join(work, 'global'),
+    };
+    env.PATH = `${join(work, 'global', 'bin')}:${env.PATH}`;
+    // The key the stand-in knows, so storing it leaves the deployed pipeline working.
+    writeFileSync(join(project, 'captchaai-key.txt'), stack.apiKey, { mode: 0o600 });
+    const secretSet = (PLATFORM.split('\n')[1] ?? '').split(' && ')[0] ?? '';
+    expect(secretSet).toMatch(/^npx threadgate secret set /);
+    // Act
+    const secret = await run('bash', ['-e', '-c', secretSet], { cwd: project, env });
+    await ok('bash', ['-e', '-c', OPERATOR.split('\n')[0] ?? ''], { cwd: project, env });
+    const status = await run(
+      'bash',
+      ['-e', '-c', (OPERATOR.split('\n')[1] ?? '').replace(README_STACK, stack.stackName)],
+      {
+        cwd: work,
+        env,
+      },
+    );
+    // Assess
+    expect(secret.stderr).not.toContain(stack.apiKey);
+    expect(secret.code).toBe(0);
+    expect(status.code, status.stderr).toBe(0);
+    expect(status.stdout).toMatch(new RegExp(`^stack +${stack.stackName}$`, 'm'));
+    expect(existsSync(join(work, 'global', 'lib', 'node_modules', 'threadgate', 'dist'))).toBe(true);
+  }, 300_000);
+
+  it("runs the data engineer's one-liner with README's job line, under the grant README gives the data job", async () => {
+    // Prepare: README's job line for the target stand-in (its origin and sitekey), the call recorder.
+    const data = join(work, 'data');
+    mkdirSync(join(data, 'hook'), { recursive: true });
+    const sitekey = /"sitekey": "([^"]+)"/.exec(JOB_LINE)?.[1] ?? '';
+    writeFileSync(
+      join(data, 'jobs.jsonl'),
+      `${JOB_LINE.replaceAll('https://forms.example.com', stack.site.url).replace(sitekey, stack.site.sitekey)}\n`,
+    );
+    writeFileSync(join(data, 'hook', 'sitecustomize.py'), RECORD_CALLS);
+    const env = cleanEnv({ ...stack.awsEnv, PYTHONPATH: join(data, 'hook') });
+    env.PATH = `${dirname(venvPython)}:${env.PATH}`;
+    const [install, ...oneLiner] = DATA.split('\n');
+    // Act: the wheel's install as written, then the one-liner with its AWS calls recorded.
+    await ok('bash', ['-e', '-c', install ?? ''], { cwd: data, env });
+    const result = await run(
+      'bash',
+      ['-e', '-c', oneLiner.join('\n').replaceAll(README_STACK, stack.stackName)],
+      {
+        cwd: data,
+        env: { ...env, TG_CALLS: join(data, 'calls.json') },
+      },
+    );
+    // Assess: the record was sent and submitted, and the data job's grant allows every call made.
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout.trim()).toBe("[] {'submitted': 1}");
+    const calls: string[] = JSON.parse(readFileSync(join(data, 'calls.json'), 'utf8'));
+    expect(calls).toEqual(
+      expect.arrayContaining([
+        'cloudformation:DescribeStacks',
+        'sqs:SendMessage',
+        'dynamodb:Query',
+        'ssm:GetParameter',
+      ]),
+    );
+    const template = JSON.parse(
+      readFileSync(join(project, 'cdk.out', 'ConsumerStack.template.json'), 'utf8'),
+    );
+    const granted = actionsOf(template, 'JobRole');
+    expect(calls.filter((c) => !granted.includes(c))).toEqual([]);
+  }, 360_000);
 
   it('sends a batch from the installed Python package (duplicates, invalid records), waits for it and reads it back', async () => {
     // Prepare: six records, two of them sent twice in the call and once more after, two invalid.

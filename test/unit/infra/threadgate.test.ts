@@ -109,6 +109,29 @@ describe('Threadgate construct in a consumer stack', () => {
     expect(grants.has('dynamodb:PutItem')).toBe(false);
   });
 
+  it('grants a producer what the Python package calls: send, stack_outputs, wait with state_parameter, outcome reads', () => {
+    const { stack, gate, role } = consumer();
+    gate.grantProduce(role);
+    const grants = grantsOf(stack);
+    expect([...grants.keys()].sort()).toEqual([
+      'cloudformation:DescribeStacks',
+      'dynamodb:BatchGetItem',
+      'dynamodb:DescribeTable',
+      'dynamodb:GetItem',
+      'dynamodb:Query',
+      'dynamodb:Scan',
+      'sqs:GetQueueAttributes',
+      'sqs:GetQueueUrl',
+      'sqs:SendMessage',
+      'ssm:GetParameter',
+    ]);
+    expect(grants.get('ssm:GetParameter')).toContain(
+      stack.getLogicalId(gate.parts.pipelineState.parameter.node.defaultChild as never),
+    );
+    expect(grants.get('cloudformation:DescribeStacks')).toBe('{"Ref":"AWS::StackId"}');
+    expect(grants.get('dynamodb:Query')).toContain('/index/batch_id-updated_at');
+  });
+
   it('grants an operator what status, pause, resume and redrive call, and no wildcard resource', () => {
     const { stack, gate, role } = consumer();
     gate.grantOperate(role);
@@ -141,8 +164,7 @@ describe('Threadgate construct in a consumer stack', () => {
 
   it('leaves cdk-nag nothing to report in a consumer stack with default props and a granted role', () => {
     const { app, gate, role } = consumer();
-    gate.grantSendJobs(role);
-    gate.grantReadOutcomes(role);
+    gate.grantProduce(role);
     Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
     expect(() => app.synth()).not.toThrow();
   });
