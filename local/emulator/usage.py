@@ -295,11 +295,32 @@ def _operation_of(environ, target, form, service):
     action = (query.get("Action") or form.get("Action") or [""])[0]
     if action:
         return action
-    if service == "lambda":  # a REST API: name the call by its method and path, ids left out
-        path = re.sub(r"/20\d\d-\d\d-\d\d/", "/", environ.get("PATH_INFO", ""))
-        parts = [p for p in path.split("/") if p]
-        return "%s %s" % (environ.get("REQUEST_METHOD", "GET"), "/".join(parts[:1] + [p for p in parts[2:3]]))
+    if service == "lambda":  # a REST API: named by its method and path
+        return _lambda_operation(environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", ""))
     return environ.get("REQUEST_METHOD", "GET") + " " + environ.get("PATH_INFO", "")
+
+
+# Lambda's REST API: (method, path pattern) → the operation's name, for the calls threadgate makes.
+_LAMBDA_ROUTES = [
+    ("GET", r"/functions/[^/]+/concurrency$", "GetFunctionConcurrency"),
+    ("PUT", r"/functions/[^/]+/concurrency$", "PutFunctionConcurrency"),
+    ("DELETE", r"/functions/[^/]+/concurrency$", "DeleteFunctionConcurrency"),
+    ("POST", r"/functions/[^/]+/invocations$", "Invoke"),
+    ("GET", r"/functions/[^/]+/configuration$", "GetFunctionConfiguration"),
+    ("GET", r"/functions/[^/]+$", "GetFunction"),
+    ("GET", r"/functions/?$", "ListFunctions"),
+    ("GET", r"/event-source-mappings/?$", "ListEventSourceMappings"),
+    ("GET", r"/event-source-mappings/[^/]+$", "GetEventSourceMapping"),
+    ("PUT", r"/event-source-mappings/[^/]+$", "UpdateEventSourceMapping"),
+]
+
+
+def _lambda_operation(method, path):
+    rest = re.sub(r"^/\d{4}-\d\d-\d\d", "", path)
+    for m, pattern, name in _LAMBDA_ROUTES:
+        if m == method and re.search(pattern, rest):
+            return name
+    return "%s %s" % (method, re.sub(r"/[^/]*[0-9a-f]{8}-[^/]*", "/{id}", rest))
 
 
 def with_usage(app, write_lock):
