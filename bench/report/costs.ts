@@ -108,8 +108,9 @@ function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>)
 function usagePerSolve(i: BuildInput, f: RunFacts, gbsPerSolve: number) {
   const { solved } = f;
   const per = (n: number) => (solved ? n / solved : Number.NaN);
-  const scheduled = new Set((i.template?.schedules ?? []).map((s) => `function:${s.functionName}`));
-  const rows = i.usage.filter((r) => !scheduled.has(r.caller));
+  // A function's caller may carry more after its name (Powertools appends to the app id).
+  const scheduled = (i.template?.schedules ?? []).map((s) => `function:${s.functionName}`);
+  const rows = i.usage.filter((r) => !scheduled.some((c) => r.caller === c || r.caller.startsWith(`${c}-`)));
   const sqsRows = rows.filter(
     (r) => r.service === 'sqs' && (r.caller !== 'harness' || r.operation.startsWith('SendMessage')),
   );
