@@ -1,10 +1,13 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { awsUsage, resetAwsUsage } from '../local/emulator/usage.js';
 import type { LocalStack } from '../local/stack/local-stack.js';
 import { workerMapping } from '../local/stack/observation.js';
 import { expectedOutcomes } from '../local/stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf, summarize as summarizeRun } from '../local/stack/run.js';
+import type { FunctionRun } from './bill/bill.js';
+import { logUsage } from './bill/log-usage.js';
 import { EmulatorProbe } from './probe.js';
 import type { BuildInput } from './report/types.js';
 import type { ChartPoint } from './svg.js';
@@ -52,7 +55,40 @@ type Measured = Pick<
   | 'memory'
   | 'timeouts'
   | 'learnedSchedules'
+  | 'usage'
+  | 'functionRuns'
 >;
+
+/** Each function log's size now, so that only the run's lines are read later. */
+function logOffsets(logDir: string): Map<string, number> {
+  const offsets = new Map<string, number>();
+  for (const file of readdirSync(logDir)) {
+    if (file.endsWith('.log') && file !== 'runtime.log') offsets.set(file, statSync(join(logDir, file)).size);
+  }
+  return offsets;
+}
+
+/**
+ * Every function's invocations, billed milliseconds and log usage over the run (from the
+ * offsets taken at its start). The worker's duration is priced from its invocations (time scale
+ * 1) elsewhere; the others' are as measured (nothing in them is time-scaled).
+ */
+function functionRuns(logDir: string, before: Map<string, number>): Record<string, FunctionRun> {
+  const runs: Record<string, FunctionRun> = {};
+  for (const file of readdirSync(logDir)) {
+    if (!file.endsWith('.log') || file === 'runtime.log') continue;
+    const text = readFileSync(join(logDir, file))
+      .subarray(before.get(file) ?? 0)
+      .toString('utf8');
+    const invocations = parseFunctionLog(text);
+    runs[file.slice(0, -'.log'.length)] = {
+      invocations: invocations.length,
+      billedMs: invocations.reduce((a, inv) => a + Math.ceil(Math.max(0, inv.durationMs ?? 0)), 0),
+      log: logUsage(text),
+    };
+  }
+  return runs;
+}
 
 /** Samples the stand-in's and the runtime's counts every `sampleMs` from `runT0`. */
 function startSampler(stack: LocalStack, cap: number, sampleMs: number, runT0: number) {
@@ -138,6 +174,9 @@ export async function cappedRun(
   const deletedBefore = workerMapping(stack)?.deleted ?? 0;
   const receivedBefore = workerMapping(stack)?.received ?? 0;
   const invocationsBefore = stack.runtime?.stats().functions[workerName]?.invocations ?? 0;
+  // The bill counts from here: the emulator's request counts and the functions' log lines.
+  if (stack.moto) await resetAwsUsage(stack.moto.endpoint);
+  const logsBefore = logOffsets(stack.logDir);
   const runStartedAt = Date.now();
   const runT0 = performance.now();
   const sampler = startSampler(stack, cap, o.sampleMs, runT0);
@@ -171,6 +210,7 @@ export async function cappedRun(
   const fnStats = stack.runtime?.stats().functions[workerName];
   // The runtime writes function logs through a stream; give the last lines a moment.
   await sleep(500);
+  const usage = stack.moto ? (await awsUsage(stack.moto.endpoint)).calls : [];
   const logText = readFileSync(join(stack.logDir, `${workerName}.log`), 'utf8');
   const invocations = parseFunctionLog(logText).filter((i) => (i.startedAt ?? 0) >= runStartedAt - 1000);
   const measured: Measured = {
@@ -199,6 +239,8 @@ export async function cappedRun(
     memory: fnStats?.memory ?? { environments: [], processPeakRss: 0 },
     timeouts: fnStats?.timeouts ?? 0,
     learnedSchedules: parseLearnedSchedules(logText).filter((l) => l.at >= runStartedAt - 1000),
+    usage,
+    functionRuns: functionRuns(stack.logDir, logsBefore),
   };
   return { measured, cappedS };
 }

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
@@ -14,6 +14,7 @@ import { untilPollerLimit } from '../local/stack/observation.js';
 import { generatedRecords, type RecordMix } from '../local/stack/records.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
+import { type TemplateFacts, templateFacts } from './bill/template-facts.js';
 import { cappedRun } from './capped-run.js';
 import { type BenchReport, buildReport } from './report/build.js';
 import { formatReport } from './report/format.js';
@@ -133,12 +134,11 @@ function benchRecords(
   mixOption: RecordMix | undefined,
   latency: Record<CaptchaType, LatencyDistribution>,
 ) {
-  const bodies = generatedRecords(
-    stack.site.url,
-    stack.site.sitekey,
-    o.records,
-    `bench-${stamp(o.started)}`,
-    mixOption,
+  // One batch_id for the run, as `threadgate enqueue` users who wait on a batch send them:
+  // such rows are written to the batch index too, which the bill counts.
+  const batchId = `bench-${stamp(o.started)}`;
+  const bodies = generatedRecords(stack.site.url, stack.site.sitekey, o.records, batchId, mixOption).map(
+    (body) => JSON.stringify({ ...(JSON.parse(body) as object), batch_id: batchId }),
   );
   const mix: Record<string, number> = {};
   const tasks: CaptchaTask[] = [];
@@ -230,6 +230,8 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       model,
       targetDelays: o.targetDelays,
       ...run.measured,
+      template: deployedTemplate(stack),
+      workerName: stack.outputs.WorkerFunctionName,
       bareNodeRss: bareNodeRssBytes(),
       baseline: base?.result ?? null,
       phases: {
@@ -267,6 +269,16 @@ async function uncappedBaseline(stack: LocalStack, o: BenchSettings, work: Bench
 }
 
 export { formatReport };
+
+/** The fixed charges of the template the local stack deployed (its per-run assembly), or null. */
+function deployedTemplate(stack: LocalStack): TemplateFacts | null {
+  const dir = stack.deploy?.assemblyDir;
+  if (!dir || !existsSync(dir)) return null;
+  const file =
+    readdirSync(dir).find((f) => f === `${stack.stackName}.template.json`) ??
+    readdirSync(dir).find((f) => f.endsWith('.template.json'));
+  return file ? templateFacts(JSON.parse(readFileSync(join(dir, file), 'utf8'))) : null;
+}
 
 /** RSS of a bare Node process of this machine's Node (what every Lambda environment starts from). */
 export function bareNodeRssBytes(): number {

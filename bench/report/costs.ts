@@ -1,4 +1,6 @@
 import { type EnvironmentMemory, environmentPeakBytes } from '../../local/runtime/types.js';
+import { type Bill, buildBill } from '../bill/bill.js';
+import { priceOfCall } from '../bill/prices.js';
 import {
   AWS_PRICES,
   awsCostPer1000,
@@ -97,20 +99,43 @@ function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>)
 }
 
 /**
- * AWS requests per solve. SQS: the producer's SendMessageBatch calls, one ReceiveMessage and
- * one DeleteMessage per message (batch size 1), DLQ copies. DynamoDB: each record's claim
- * and final write are one conditional UpdateItem each (outcome rows are far below 1 KB).
+ * AWS usage per solve of the worker's path, from the emulator's counts (local/emulator/usage.py)
+ * when there are any: every SQS request of the functions, of Lambda's pollers and of the
+ * producer; the DynamoDB units the functions' calls cost (table, indexes, reads). The scheduled
+ * adjuster is a fixed monthly charge and sits in the bill, not here. Without counts (LocalStack),
+ * the older estimate: one ReceiveMessage and one DeleteMessage per message, two write units per record.
  */
-function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchReport['aws_cost_per_1000'] {
+function usagePerSolve(i: BuildInput, f: RunFacts, gbsPerSolve: number) {
   const { solved } = f;
-  const dlqSends = i.runSummary.dlq;
-  const usage = {
-    gbSeconds: gbsPerSolve,
-    invocations: solved ? i.workerInvocations / solved : Number.NaN,
-    sqsRequests: solved ? (i.sqs.sendCalls + i.sqs.received + i.sqs.deleted + dlqSends) / solved : Number.NaN,
-    dynamodbWriteUnits: solved ? (2 * f.withOutcome.length) / solved : Number.NaN,
-    dynamodbReadUnits: 0,
+  const per = (n: number) => (solved ? n / solved : Number.NaN);
+  // A function's caller may carry more after its name (Powertools appends to the app id).
+  const scheduled = (i.template?.schedules ?? []).map((s) => `function:${s.functionName}`);
+  const rows = i.usage.filter((r) => !scheduled.some((c) => r.caller === c || r.caller.startsWith(`${c}-`)));
+  const sqsRows = rows.filter(
+    (r) => r.service === 'sqs' && (r.caller !== 'harness' || r.operation.startsWith('SendMessage')),
+  );
+  const dynamodbRows = rows.filter(
+    (r) => r.service === 'dynamodb' && priceOfCall(r)?.kind === 'dynamodb-units',
+  );
+  const counted = i.usage.length > 0;
+  return {
+    counted,
+    usage: {
+      gbSeconds: gbsPerSolve,
+      invocations: per(i.workerInvocations),
+      sqsRequests: counted
+        ? per(sqsRows.reduce((a, r) => a + r.billed_requests, 0))
+        : per(i.sqs.sendCalls + i.sqs.received + i.sqs.deleted + i.runSummary.dlq),
+      dynamodbWriteUnits: counted
+        ? per(dynamodbRows.reduce((a, r) => a + r.write_units + r.index_write_units, 0))
+        : per(2 * f.withOutcome.length),
+      dynamodbReadUnits: counted ? per(dynamodbRows.reduce((a, r) => a + r.read_units, 0)) : 0,
+    },
   };
+}
+
+function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchReport['aws_cost_per_1000'] {
+  const { counted, usage } = usagePerSolve(i, f, gbsPerSolve);
   const aws = awsCostPer1000(usage);
   return {
     lambda_compute: round(aws.lambda_compute, 5) ?? 0,
@@ -124,16 +149,33 @@ function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchR
       invocations: round(usage.invocations, 3),
       sqs_requests: round(usage.sqsRequests, 3),
       dynamodb_write_units: round(usage.dynamodbWriteUnits, 3),
-      dynamodb_read_units: usage.dynamodbReadUnits,
+      dynamodb_read_units: round(usage.dynamodbReadUnits, 3),
     },
     prices: AWS_PRICES,
     notes: [
       'USD at us-east-1 list prices (bench/cost.ts): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
       `Lambda at the worker's deployed memory, ${i.memoryMb} MB (workerMemoryMb; its default rests on the peak RSS of an environment run as Lambda runs it, a Node process under the runtime's heap flags: bench/results/memory-*.json, docs/benchmark.md "Worker memory")`,
-      'SQS counts the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message (batch size 1) and DLQ copies; the event source mapping’s empty long polls on an idle queue are a fixed cost per hour, not per solve, and are left out',
-      'not included: the cap adjuster (one small invocation a minute), SSM GetParameter (standard parameters, no charge), Secrets Manager (one read per execution environment), CloudWatch Logs and metrics',
+      counted
+        ? 'SQS and DynamoDB as the emulator counted them over the capped run (local/emulator/usage.py): every SQS request of the functions, of the event source mapping’s pollers and of the producer; the DynamoDB request units of the functions’ calls (item sizes, the batch index, failed conditional writes, reads)'
+        : 'no emulator counts (LocalStack): SQS is the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message and DLQ copies; DynamoDB two write units per record (an estimate that misses the markers and the batch index)',
+      'the whole bill, with the outcome publisher, logs, metrics, alarms, the dashboard, secrets and the scheduled adjuster, is the `bill` section',
     ],
   };
+}
+
+/** The monthly bill, when the run has the emulator's counts and the template. */
+function billSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): Bill | null {
+  if (!i.template || i.usage.length === 0) return null;
+  return buildBill({
+    usage: i.usage,
+    template: i.template,
+    functions: i.functionRuns,
+    workerName: i.workerName,
+    workerGbSecondsPerSolve: gbsPerSolve,
+    workerInvocationsPerSolve: f.solved ? i.workerInvocations / f.solved : Number.NaN,
+    solved: f.solved,
+    meanSolveS: i.modelledMeanMs / 1000,
+  });
 }
 
 function captchaCostSection(i: BuildInput, ssEff: number): BenchReport['captcha_cost_per_1000'] {
@@ -156,15 +198,16 @@ function captchaCostSection(i: BuildInput, ssEff: number): BenchReport['captcha_
   };
 }
 
-/** The report's `lambda`, `aws_cost_per_1000` and `captcha_cost_per_1000` sections, in that order. */
+/** The report's `lambda`, `aws_cost_per_1000`, `captcha_cost_per_1000` and `bill` sections, in that order. */
 export function costSections(
   i: BuildInput,
   f: RunFacts,
-): Pick<BenchReport, 'lambda' | 'aws_cost_per_1000' | 'captcha_cost_per_1000'> {
+): Pick<BenchReport, 'lambda' | 'aws_cost_per_1000' | 'captcha_cost_per_1000' | 'bill'> {
   const gbs = gbSecondsPerSolve(i, f.solved);
   return {
     lambda: lambdaSection(i, gbs),
     aws_cost_per_1000: awsCostSection(i, f, gbs.warm),
     captcha_cost_per_1000: captchaCostSection(i, f.ssEff),
+    bill: billSection(i, f, gbs.warm),
   };
 }

@@ -1,4 +1,5 @@
 import type { BaselineResult } from '../baseline.js';
+import { billLines } from '../bill/table.js';
 import type { BenchReport } from './build.js';
 
 /**
@@ -31,6 +32,7 @@ export function formatReport(r: BenchReport): string {
   const w0 = Math.max(...rows.map((x) => x[0].length));
   const w1 = Math.max(...rows.map((x) => x[1].length));
   const lines = rows.map(([a, v, note]) => `${a.padEnd(w0)}  ${v.padEnd(w1)}  ${note}`);
+  if (r.bill) lines.push(...billLines(r.bill));
   lines.push('', `report: ${r.files.json}`, `chart:  ${r.files.svg}`);
   return `${lines.join('\n')}\n`;
 }

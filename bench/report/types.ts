@@ -2,10 +2,13 @@
 
 import type { PollScheduleSettings } from '../../functions/captchaai/poll-schedule.js';
 import type { CaptchaType } from '../../functions/captchaai/types.js';
+import type { AwsUsageRow } from '../../local/emulator/usage.js';
 import type { EnvironmentMemory } from '../../local/runtime/types.js';
 import type { RunSummary } from '../../local/stack/run.js';
 import type { LatencyDistribution } from '../../local/standins/captchaai/latency.js';
 import type { BaselineResult } from '../baseline.js';
+import type { Bill, FunctionRun } from '../bill/bill.js';
+import type { TemplateFacts } from '../bill/template-facts.js';
 import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
 import type { ModelFigures } from '../simulate.js';
 import type { ChartPoint } from '../svg.js';
@@ -220,6 +223,8 @@ export interface BenchReport {
     mean_solve_s_unscaled: number | null;
     month_s: number;
   };
+  /** The monthly bill: every AWS charge, counted from the run and the template (bench/report/bill.ts). */
+  bill: Bill | null;
   baseline: BaselineResult | null;
   run_summary: Omit<RunSummary, 'log_dir'>;
   phases_s: { startup: number; capped_run: number; baseline: number | null; total: number };
@@ -272,6 +277,13 @@ export interface BuildInput {
   sqs: { sendCalls: number; received: number; deleted: number };
   workerInvocations: number;
   memory: { environments: EnvironmentMemory[]; processPeakRss: number };
+  /** The emulator's request counts over the capped run (empty on LocalStack). */
+  usage: AwsUsageRow[];
+  /** Every function's invocations, billed ms and log usage over the capped run, by function name. */
+  functionRuns: Record<string, FunctionRun>;
+  /** The deployed template's fixed charges; null when it could not be read. */
+  template: TemplateFacts | null;
+  workerName: string;
   bareNodeRss: number;
   timeouts: number;
   baseline: BaselineResult | null;

@@ -206,7 +206,7 @@ def _control(environ, start_response):
             _rules.clear()
         return _json(start_response, "200 OK", {"rules": []})
     try:
-        body = json.loads(_read_body(environ) or b"{}")
+        body = json.loads(read_body(environ) or b"{}")
         rules = [_check_rule(r) for r in (body.get("rules") or [])]
     except (ValueError, AttributeError) as exc:
         return _json(start_response, "400 Bad Request", {"error": str(exc)})
@@ -215,7 +215,7 @@ def _control(environ, start_response):
     return _json(start_response, "200 OK", {"ids": [r["id"] for r in rules]})
 
 
-def _read_body(environ):
+def read_body(environ):
     length = environ.get("CONTENT_LENGTH") or ""
     stream = environ["wsgi.input"]
     if length.isdigit():
@@ -223,6 +223,14 @@ def _read_body(environ):
     # A chunked body is de-chunked by werkzeug and ends; without either there is no body (reading
     # the raw socket would wait for the client to close it).
     return stream.read() if environ.get("wsgi.input_terminated") else b""
+
+
+def buffer_body(environ):
+    """The request's body, read once and put back for the app behind (which reads it again)."""
+    raw = read_body(environ)
+    environ["wsgi.input"] = io.BytesIO(raw)
+    environ["CONTENT_LENGTH"] = str(len(raw))
+    return raw
 
 
 def _error_response(rule, start_response):
@@ -251,9 +259,7 @@ def with_faults(app):
             return _control(environ, start_response)
         if path.startswith("/_threadgate/") or path.startswith("/moto-api"):
             return app(environ, start_response)
-        raw = _read_body(environ)
-        environ["wsgi.input"] = io.BytesIO(raw)
-        environ["CONTENT_LENGTH"] = str(len(raw))
+        raw = buffer_body(environ)
         info = _describe(environ, raw)
         rule = _fault_for(info, raw) if info["operation"] else None
         if rule and not rule["apply"]:

@@ -17,7 +17,8 @@ a delete must not undo another delete or drop a send).
 It also answers one route of its own, WAKE_PATH, for the local runtime's pollers: a wait that
 returns when a queue has visible messages or an event source mapping's settings change, without
 receiving anything (see _wake below). faults.py (beside it) adds routes that make chosen calls
-fail with an AWS error, and a log of the requests served, for tests and the chaos run.
+fail with an AWS error, and a log of the requests served, for tests and the chaos run; usage.py
+counts every request by caller, service and operation with DynamoDB's request units, for the bench's bill.
 
 Prints one JSON line {"port": N} on stdout once the server listens, then serves until
 stdin closes or the process is signalled.
@@ -35,6 +36,7 @@ import time
 from urllib.parse import parse_qs
 
 from faults import with_faults  # beside this file: chosen calls fail on the wire, and a request log
+from usage import with_usage  # beside this file: every request counted as AWS bills it
 
 try:
     import moto.backends as moto_backends
@@ -271,11 +273,12 @@ def _with_wake(app):
 
 
 class _Server(ThreadedMotoServer):
-    """moto's threaded server with the wake route, then fault injection (faults.py), in front of moto's own dispatcher."""
+    """moto's threaded server with the wake route, the usage counts (usage.py), then fault injection (faults.py), in front of moto's own dispatcher."""
 
     def _server_entry(self):
+        app = with_faults(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
-            self._ip_address, self._port, _with_wake(with_faults(DomainDispatcherApplication(create_backend_app))), True
+            self._ip_address, self._port, _with_wake(with_usage(app, _dynamodb_write_lock)), True
         )
         self._server_ready_event.set()
         self._server.serve_forever()

@@ -87,6 +87,8 @@ export class ExecutionEnvironment {
       ...fn.env,
       ...awsEnv,
       AWS_LAMBDA_FUNCTION_NAME: fn.name,
+      // Not set by Lambda: names the function in the SDK's user agent, for the emulator's usage counts.
+      AWS_SDK_UA_APP_ID: fn.name.slice(0, 50),
       AWS_LAMBDA_FUNCTION_VERSION: '$LATEST',
       AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(fn.memorySize),
       AWS_LAMBDA_LOG_GROUP_NAME: `/aws/lambda/${fn.name}`,

@@ -16,6 +16,7 @@ import { S3Client } from '@aws-sdk/client-s3';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { capInForce } from '../../functions/pipeline/cap-policy.js';
+import { RUNTIME_USER_AGENT } from '../emulator/usage.js';
 import { CodeCache } from './code-cache.js';
 import { FunctionHost } from './function-host.js';
 import { LogSink, Redactions, secretNamesIn } from './log-sink.js';
@@ -109,6 +110,7 @@ export class LocalRuntime implements RuntimeContext {
         accessKeyId: env.AWS_ACCESS_KEY_ID ?? 'testing',
         secretAccessKey: env.AWS_SECRET_ACCESS_KEY ?? 'testing',
       },
+      customUserAgent: RUNTIME_USER_AGENT,
     };
     this.clientConfig = clientConfig;
     this.lambda = new LambdaClient(clientConfig);

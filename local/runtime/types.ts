@@ -185,6 +185,8 @@ export interface ClientConfig {
   endpoint: string | undefined;
   region: string;
   credentials: { accessKeyId: string; secretAccessKey: string };
+  /** Marks the runtime's own calls at the emulator (local/emulator/usage.py counts them apart). */
+  customUserAgent: string;
 }
 
 /**
