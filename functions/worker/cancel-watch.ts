@@ -31,7 +31,7 @@ interface Entry {
  */
 export class CancelWatch {
   readonly #entries = new Map<string, Entry>();
-  readonly #reads = new Map<string, Promise<BatchCancel | undefined>>();
+  readonly #reads = new Map<string, { startedAt: number; answer: Promise<BatchCancel | undefined> }>();
 
   constructor(
     private readonly o: {
@@ -46,20 +46,33 @@ export class CancelWatch {
   async cancelOf(batchId: string): Promise<BatchCancel | undefined> {
     const entry = this.#entries.get(batchId);
     if (entry?.cancel || (entry && this.o.now() - entry.readAt < this.o.refreshMs)) return entry.cancel;
-    let read = this.#reads.get(batchId);
-    if (!read) {
-      read = this.#read(batchId, entry).finally(() => this.#reads.delete(batchId));
-      this.#reads.set(batchId, read);
-    }
-    return read;
+    // A read under way is shared only while it started within the bound: a slow read that began
+    // before a cancel landed must not answer an ask made more than the bound after it.
+    const now = this.o.now();
+    const pending = this.#reads.get(batchId);
+    if (pending && now - pending.startedAt < this.o.refreshMs) return pending.answer;
+    const answer = this.#read(batchId, entry);
+    const read = { startedAt: now, answer };
+    this.#reads.set(batchId, read);
+    void answer.finally(() => {
+      if (this.#reads.get(batchId) === read) this.#reads.delete(batchId);
+    });
+    return answer;
   }
 
   async #read(batchId: string, last: Entry | undefined): Promise<BatchCancel | undefined> {
     const readAt = this.o.now();
     try {
       const cancel = await this.o.read(batchId);
-      this.#entries.set(batchId, { cancel, readAt });
-      return cancel;
+      const current = this.#entries.get(batchId);
+      // Keep the newest answer: a slower, older read does not overwrite a later one.
+      if (!current || current.readAt <= readAt || cancel) {
+        this.#entries.set(batchId, {
+          cancel: cancel ?? current?.cancel,
+          readAt: Math.max(readAt, current?.readAt ?? 0),
+        });
+      }
+      return cancel ?? current?.cancel;
     } catch (err) {
       this.o.onReadFailed?.(batchId, err);
       return last?.cancel;

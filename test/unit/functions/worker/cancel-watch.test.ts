@@ -54,6 +54,26 @@ describe('CancelWatch', () => {
     expect(t.reads()).toBe(2);
   });
 
+  it('does not answer an ask with a read that started more than the bound before it', async () => {
+    let now = 0;
+    let release: (v: BatchCancel | undefined) => void = () => undefined;
+    let reads = 0;
+    const w = new CancelWatch({
+      read: () => {
+        reads += 1;
+        return reads === 1 ? new Promise((resolve) => (release = resolve)) : Promise.resolve(CANCEL);
+      },
+      refreshMs: 1_000,
+      now: () => now,
+    });
+    const slow = w.cancelOf('b');
+    now = 1_500;
+    expect(await w.cancelOf('b')).toEqual(CANCEL);
+    release(undefined);
+    expect(await slow).toEqual(CANCEL);
+    expect(await w.cancelOf('b')).toEqual(CANCEL);
+  });
+
   it('keeps the last answer when a read fails, reports it, and reads again at the next ask', async () => {
     const t = watch([CANCEL]);
     const failing = watch([undefined, new Error('throttled'), CANCEL]);
