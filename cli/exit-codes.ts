@@ -9,6 +9,8 @@ export const EXIT = {
   stop: 3,
   /** Transient error or poll timeout: trying again later may work. */
   transient: 4,
+  /** `wait`: the batch was cancelled (`threadgate cancel`); its records did not all run. */
+  cancelled: 5,
 } as const;
 
 /** An error whose message is meant for the operator, with the exit code to end on. */

@@ -19,10 +19,12 @@ import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { ApiKeySource } from './pipeline/secret.js';
 import { SOLVE_TIME_EXCHANGE_DEFAULTS, SolveTimeExchange } from './pipeline/solve-time-exchange.js';
+import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
 import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
+import { CancelWatch, cancelRefreshMs } from './worker/cancel-watch.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import type { WorkerDeps } from './worker/types.js';
 import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from './worker/worst-case.js';
@@ -106,11 +108,23 @@ export function createWorkerDeps(
     },
     pause: (reason, by, code) => control.pause(reason, by, code),
   };
+  const batchCancels = new BatchCancels({ client: ddb, tableName: config.tableName, now });
+  const cancels = new CancelWatch({
+    read: (batchId) => batchCancels.get(batchId),
+    refreshMs: cancelRefreshMs(config.timeScale),
+    now,
+    onReadFailed: (batchId, err) =>
+      logger.warn('could not read the batch cancel; the last answer stands', {
+        batchId,
+        error: err instanceof Error ? err.name : String(err),
+      }),
+  });
   return {
     config,
     store,
     sqs,
     pipeline,
+    cancels,
     warmUp: async () => {
       // The state first: the first state the client sees drops any key read before it.
       await Promise.allSettled([

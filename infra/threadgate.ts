@@ -5,6 +5,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { CaptchaType } from '../functions/captchaai/types.js';
+import { CANCEL_KEY_PREFIX } from '../functions/records/cancellations.js';
 import { BATCH_INDEX_NAME } from '../functions/records/store.js';
 import { resolveConfig, type ThreadgateConfig } from './config.js';
 import { CapAdjuster } from './constructs/cap-adjuster.js';
@@ -373,7 +374,26 @@ export class Threadgate extends Construct {
   }
 
   /**
-   * What `threadgate status`, `pause`, `resume`, `redrive`, `wait` and `outcomes` need: the
+   * Cancel batches (`threadgate cancel`, the Python package's `cancel()`): `dynamodb:PutItem` and
+   * `dynamodb:GetItem` on the outcomes table, only on the cancel items of batches whose id starts
+   * with `batchIdPrefix` (an IAM condition on `dynamodb:LeadingKeys`), so a producer's role can
+   * cancel its own batches and touch nothing else: no outcome row, no pause, no DLQ.
+   * Valid range: any string; `''` is every batch.
+   * @default '' (every batch)
+   */
+  grantCancelBatches(grantee: iam.IGrantable, batchIdPrefix = ''): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['dynamodb:PutItem', 'dynamodb:GetItem'],
+      resourceArns: [this.outcomesTable.tableArn],
+      conditions: {
+        'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${CANCEL_KEY_PREFIX}${batchIdPrefix}*`] },
+      },
+    });
+  }
+
+  /**
+   * What `threadgate status`, `pause`, `resume`, `cancel`, `redrive`, `wait` and `outcomes` need: the
    * stack's outputs, the queues' attributes, the DLQ's messages and their move back to the jobs
    * queue, the worker's configuration, the one jobs-queue mapping, the pipeline-state parameter,
    * the outcome rows and the API-key secret (status reads the plan's threads with it).
@@ -418,6 +438,7 @@ export class Threadgate extends Construct {
       parts.pipelineState.parameter.grantRead(grantee),
       parts.pipelineState.parameter.grantWrite(grantee),
       this.grantReadOutcomes(grantee),
+      this.grantCancelBatches(grantee),
       iam.Grant.addToPrincipal({
         grantee,
         actions: ['secretsmanager:GetSecretValue', 'secretsmanager:DescribeSecret'],

@@ -18,8 +18,10 @@ import {
   sendMessageBatchWithRetries,
   stackName,
 } from '../stack.js';
+import { messageGroupOf, tenantOf } from '../tenant.js';
 
 interface EnqueueOptions extends StackOptions {
+  tenant?: string;
   rejects?: string;
   counts?: string;
   concurrency: string;
@@ -82,6 +84,10 @@ export function registerEnqueue(program: Command): void {
       '--counts <file>',
       'also add the records sent per batch_id to FILE (JSON; keys counted kept in FILE.keys, so a batch sent in parts adds up and a part sent again counts once), for `threadgate wait --batch ID --counts FILE`',
     )
+    .option(
+      '--tenant <name>',
+      "the MessageGroupId of every message: SQS fair queues share the queue fairly between tenants (default: each line's batch_id; lines without one carry none)",
+    )
     .option('--concurrency <n>', 'batches sent at once', '4')
     .option('--dry-run', 'validate only; send nothing (needs no stack)')
     .option('--json', 'print the summary as JSON on stdout')
@@ -102,6 +108,7 @@ export function registerEnqueue(program: Command): void {
           EXIT.usage,
         );
       }
+      const tenant = options.tenant === undefined ? undefined : tenantOf(options.tenant);
       let aws: AwsContext | undefined;
       let queueUrl: string | null = null;
       if (!options.dryRun) {
@@ -116,6 +123,7 @@ export function registerEnqueue(program: Command): void {
         aws,
         queueUrl,
         concurrency,
+        ...(tenant === undefined ? {} : { tenant }),
         rejectsPath: options.rejects,
         dryRun: options.dryRun === true,
       });
@@ -183,6 +191,8 @@ interface SendOptions {
   aws: AwsContext | undefined;
   queueUrl: string | null;
   concurrency: number;
+  /** Every message's MessageGroupId; unset: the line's batch_id (messageGroupOf). */
+  tenant?: string;
   rejectsPath: string | undefined;
   dryRun: boolean;
 }
@@ -213,7 +223,12 @@ class BatchSender {
     if (entries.length >= BATCH_ENTRIES || (entries.length > 0 && this.batch.bytes + bytes > BATCH_BYTES)) {
       await this.flush();
     }
-    this.batch.entries.push({ Id: String(lineNo), MessageBody: line });
+    const group = messageGroupOf(job.batch_id, this.o.tenant);
+    this.batch.entries.push({
+      Id: String(lineNo),
+      MessageBody: line,
+      ...(group === undefined ? {} : { MessageGroupId: group }),
+    });
     if (job.batch_id !== undefined)
       this.batchOfLine.set(String(lineNo), { batch: job.batch_id, key: job.record_key });
     this.batch.bytes += bytes;

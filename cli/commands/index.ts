@@ -19,6 +19,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   wait: async () => (await import('./wait.js')).registerWait,
   pause: async () => (await import('./pause.js')).registerPause,
   resume: async () => (await import('./resume.js')).registerResume,
+  cancel: async () => (await import('./cancel.js')).registerCancel,
   redrive: async () => (await import('./redrive.js')).registerRedrive,
   secret: async () => (await import('./secret.js')).registerSecret,
   bench: async () => (await import('./bench.js')).registerBench,

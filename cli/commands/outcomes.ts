@@ -1,5 +1,6 @@
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
+import { isCancelKey } from '../../functions/records/cancellations.js';
 import { OUTCOME_FIELDS } from '../../functions/records/fields.js';
 import { OutcomesStore } from '../../functions/records/store.js';
 import { CliError, EXIT } from '../exit-codes.js';
@@ -165,7 +166,10 @@ async function* outcomeRows(aws: AwsContext, table: string, filter: Filter): Asy
         : {}),
     },
   );
-  for await (const page of pages) for (const item of page.Items ?? []) yield item;
+  for await (const page of pages) {
+    // A batch cancel is an item of the table, not an outcome (functions/records/cancellations.ts).
+    for (const item of page.Items ?? []) if (!isCancelKey(item.record_key)) yield item;
+  }
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
 import type { Command } from 'commander';
+import { batchIdOf } from '../../functions/records/job-schema.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { Progress } from '../progress.js';
 import {
@@ -22,6 +23,7 @@ import {
   sendMessageBatchWithRetries,
   withStack,
 } from '../stack.js';
+import { messageGroupOf } from '../tenant.js';
 
 interface RedriveOptions extends StackOptions {
   max?: string;
@@ -343,7 +345,7 @@ async function moveByHand(
         VisibilityTimeout: MOVE_VISIBILITY_SECONDS,
         WaitTimeSeconds: emptyReceives > 0 ? 1 : 0,
         MessageAttributeNames: ['All'],
-        MessageSystemAttributeNames: ['SentTimestamp'],
+        MessageSystemAttributeNames: ['SentTimestamp', 'MessageGroupId'],
       }),
     );
     const messages = out.Messages ?? [];
@@ -439,11 +441,17 @@ async function sendToJobsQueue(aws: AwsContext, queueUrl: string, messages: Mess
   const result = await sendMessageBatchWithRetries(
     aws,
     queueUrl,
-    [...byEntry].map(([id, m]) => ({
-      Id: id,
-      MessageBody: m.Body ?? '',
-      MessageAttributes: attributesOf(m),
-    })),
+    [...byEntry].map(([id, m]) => {
+      // The tenant stays: SQS keeps it on what it moved itself; the worker's DLQ copies carry none,
+      // so their tenant is the default one, the batch (../tenant.ts).
+      const group = m.Attributes?.MessageGroupId ?? messageGroupOf(batchIdOf(m.Body ?? ''), undefined);
+      return {
+        Id: id,
+        MessageBody: m.Body ?? '',
+        MessageAttributes: attributesOf(m),
+        ...(group === undefined ? {} : { MessageGroupId: group }),
+      };
+    }),
   );
   for (const f of result.failed) {
     const m = byEntry.get(f.id);

@@ -4,6 +4,7 @@ import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { readCapSettings } from '../../functions/pipeline/cap.js';
 import { type CapSettings, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { type BatchCancel, cancelFrom, isCancelKey } from '../../functions/records/cancellations.js';
 import { REASON } from '../../functions/records/decisions.js';
 import { OUTCOME_STATUSES } from '../../functions/records/fields.js';
 import { CliError, EXIT } from '../exit-codes.js';
@@ -88,6 +89,8 @@ export interface StatusReport {
   outcomes: Record<string, number> | null;
   /** Rows `failed` with reason OUTCOME_UNKNOWN: to reconcile by hand (null with --no-outcomes). */
   outcomeUnknown: number | null;
+  /** Batches cancelled with `threadgate cancel`, oldest first (null with --no-outcomes: read by the same scan). */
+  cancelledBatches: BatchCancel[] | null;
   warnings: string[];
 }
 
@@ -140,12 +143,12 @@ export async function collectStatus(
   const worker = output(stack, 'WorkerFunctionName');
   const warnings: string[] = [];
   const failuresUrl = stack.outputs.OutcomeFailuresQueueUrl;
-  const [reading, queue, dlq, plan, outcomes, failures] = await Promise.all([
+  const [reading, queue, dlq, plan, scanned, failures] = await Promise.all([
     readCap({ lambda: aws.clients.lambda, control, workerFunctionName: worker }),
     queueCounts(aws, output(stack, 'QueueUrl')),
     queueCounts(aws, output(stack, 'DlqUrl')),
     planStatus(aws, stack),
-    countOutcomes ? outcomesByStatus(aws, output(stack, 'TableName')) : Promise.resolve(null),
+    countOutcomes ? scanOutcomes(aws, output(stack, 'TableName')) : Promise.resolve(null),
     failuresUrl ? queueCounts(aws, failuresUrl) : Promise.resolve(null),
   ]);
   const { mapping, state } = reading;
@@ -153,6 +156,7 @@ export async function collectStatus(
   const maximum = reading.knobs.mappingMaximum ?? null;
   // Shown under the pipeline line (and as pipeline.mismatch in --json), not again as a warning.
   const mismatch = pipelineMismatch(state, mapping);
+  const outcomes = scanned?.counts ?? null;
   const outcomeUnknown = outcomes ? (outcomes[OUTCOME_UNKNOWN] ?? 0) : null;
   if (outcomes) delete outcomes[OUTCOME_UNKNOWN];
   if (outcomeUnknown) {
@@ -203,6 +207,7 @@ export async function collectStatus(
         : null,
     outcomes,
     outcomeUnknown,
+    cancelledBatches: scanned?.cancels ?? null,
     warnings,
   };
 }
@@ -287,27 +292,41 @@ async function adjusterCapSettings(aws: AwsContext, stack: ThreadgateStack): Pro
   }
 }
 
-/** Rows by status, and under the key OUTCOME_UNKNOWN the `failed` rows with that reason (taken out by the caller). */
-async function outcomesByStatus(aws: AwsContext, table: string): Promise<Record<string, number>> {
+/**
+ * Rows by status, and under OUTCOME_UNKNOWN the `failed` rows with that reason (taken out by the
+ * caller); and the batch cancels, items of the same table (functions/records/cancellations.ts).
+ */
+async function scanOutcomes(
+  aws: AwsContext,
+  table: string,
+): Promise<{ counts: Record<string, number>; cancels: BatchCancel[] }> {
   const counts: Record<string, number> = Object.fromEntries(OUTCOME_STATUSES.map((s) => [s, 0]));
   counts[OUTCOME_UNKNOWN] = 0;
+  const cancels: BatchCancel[] = [];
   const pages = paginateScan(
     { client: aws.clients.documents },
     {
       TableName: table,
-      ProjectionExpression: '#status, #reason',
+      ProjectionExpression:
+        '#status, #reason, record_key, cancelled_batch, cancel_reason, cancelled_at, cancelled_by',
       ExpressionAttributeNames: { '#status': 'status', '#reason': 'reason' },
     },
   );
   for await (const page of pages) {
     for (const item of page.Items ?? []) {
+      if (isCancelKey(item.record_key)) {
+        const cancel = cancelFrom(item);
+        if (cancel) cancels.push(cancel);
+        continue;
+      }
       const s = typeof item.status === 'string' ? item.status : 'unknown';
       counts[s] = (counts[s] ?? 0) + 1;
       if (s === 'failed' && item.reason === OUTCOME_UNKNOWN)
         counts[OUTCOME_UNKNOWN] = (counts[OUTCOME_UNKNOWN] ?? 0) + 1;
     }
   }
-  return counts;
+  cancels.sort((a, b) => a.cancelledAt.localeCompare(b.cancelledAt));
+  return { counts, cancels };
 }
 
 export function renderStatus(r: StatusReport): string {
@@ -353,6 +372,16 @@ export function renderStatus(r: StatusReport): string {
       s === 'failed' && r.outcomeUnknown ? `${s} ${n} (${OUTCOME_UNKNOWN} ${r.outcomeUnknown})` : `${s} ${n}`,
     );
     lines.push(`outcomes     ${total} rows: ${parts.join(', ')}`);
+  }
+  if (r.cancelledBatches?.length) {
+    lines.push(
+      `cancelled    ${r.cancelledBatches.length} batch${r.cancelledBatches.length === 1 ? '' : 'es'}:`,
+    );
+    for (const c of r.cancelledBatches) {
+      lines.push(
+        `  ${c.batchId}  at ${c.cancelledAt}${c.by ? ` by ${c.by}` : ''}${c.reason ? `: ${c.reason}` : ''}`,
+      );
+    }
   }
   for (const w of r.warnings) lines.push(`warning: ${w}`);
   return `${lines.join('\n')}\n`;

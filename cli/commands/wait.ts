@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import type { PipelineState } from '../../functions/pipeline/control.js';
+import { type BatchCancel, BatchCancels } from '../../functions/records/cancellations.js';
 import { ENDED_STATUSES } from '../../functions/records/fields.js';
 import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js';
 import { readCountsFile } from '../batch-counts.js';
@@ -30,9 +31,9 @@ import { queueCounts } from './status.js';
  */
 
 /** The order counts are shown in. */
-const SHOWN = ['submitted', 'failed', 'rejected', 'stopped', 'dlq', 'in_progress'] as const;
+const SHOWN = ['submitted', 'failed', 'rejected', 'cancelled', 'stopped', 'dlq', 'in_progress'] as const;
 
-export type WaitEnd = 'done' | 'paused' | 'missing' | 'too_many' | 'timeout';
+export type WaitEnd = 'done' | 'paused' | 'missing' | 'too_many' | 'timeout' | 'cancelled';
 
 export interface WaitReport {
   selection: string;
@@ -51,6 +52,8 @@ export interface WaitReport {
   exit_code: number;
   message: string;
   pipeline: PipelineState;
+  /** The batch's cancel, when it was cancelled. */
+  cancel?: BatchCancel;
   elapsed_s: number;
 }
 
@@ -60,6 +63,8 @@ export interface WaitSnapshot {
   pipeline: PipelineState;
   /** Jobs queue holds nothing visible, in flight or delayed. */
   queueIdle: boolean;
+  /** The batch's cancel, when it was cancelled (`threadgate cancel`; batch selections only). */
+  cancel?: BatchCancel;
 }
 
 export type { DlqHit } from '../dlq-read.js';
@@ -139,9 +144,13 @@ export function tally(
   };
 }
 
-/** Exit code once every record ended: 3 if one was stopped, 2 if one failed, was rejected or is in the DLQ. */
+/**
+ * Exit code once every record ended: 3 if one was stopped, 5 if one was cancelled, 2 if one
+ * failed, was rejected or is in the DLQ.
+ */
 export function doneExitCode(counts: Record<string, number>): number {
   if ((counts.stopped ?? 0) > 0) return EXIT.stop;
+  if ((counts.cancelled ?? 0) > 0) return EXIT.cancelled;
   if ((counts.failed ?? 0) + (counts.rejected ?? 0) + (counts.dlq ?? 0) > 0) return EXIT.badTask;
   return EXIT.ok;
 }
@@ -149,6 +158,13 @@ export function doneExitCode(counts: Record<string, number>): number {
 function countsText(counts: Record<string, number>): string {
   const parts = SHOWN.filter((s) => counts[s]).map((s) => `${s} ${counts[s]}`);
   return parts.length ? parts.join(', ') : 'no outcomes yet';
+}
+
+function cancelledText(cancel: BatchCancel | undefined): string {
+  if (!cancel) return 'some records were cancelled';
+  return `the batch was cancelled at ${cancel.cancelledAt}${cancel.by ? ` by ${cancel.by}` : ''}${
+    cancel.reason ? `: ${cancel.reason}` : ''
+  }`;
 }
 
 function pausedText(state: PipelineState): string {
@@ -217,6 +233,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       exit_code: exitCode,
       message,
       pipeline: look.pipeline,
+      ...(look.cancel ? { cancel: look.cancel } : {}),
       elapsed_s: Math.round((deps.now() - started) / 100) / 10,
     });
     if (t.records > o.expected) return report('too_many', EXIT.badTask, tooManyText(what, o.expected, t));
@@ -225,10 +242,24 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       const tail =
         code === EXIT.stop
           ? `; ${pausedText(look.pipeline)}`
-          : code === EXIT.badTask
-            ? '; some records did not submit'
-            : '';
+          : code === EXIT.cancelled
+            ? `; ${cancelledText(look.cancel)}`
+            : code === EXIT.badTask
+              ? '; some records did not submit'
+              : '';
       return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
+    }
+    // A cancelled batch ends the wait once none of its records is being worked on: what is still
+    // queued ends `cancelled` without a task, so there is nothing left worth waiting for.
+    if (look.cancel && t.open === 0) {
+      return report(
+        'cancelled',
+        EXIT.cancelled,
+        `${what}: ${cancelledText(look.cancel)}; ${t.ended} of ${o.expected} records ended, none is in progress` +
+          (t.pending > 0
+            ? `; the other ${t.pending} end \`cancelled\` as the worker reaches their messages`
+            : ''),
+      );
     }
     if (look.pipeline.paused) {
       return report(
@@ -289,7 +320,8 @@ export function registerWait(program: Command): void {
         '  $ threadgate wait --keys jobs.jsonl\n' +
         'Exit codes: 0 all submitted; 2 some failed, were rejected or are in the DLQ, or records are missing\n' +
         '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
-        'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout.\n' +
+        'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout;\n' +
+        '5 the batch was cancelled (`threadgate cancel`): ends once none of its records is in progress.\n' +
         'Never "done" while a record it waits for is in_progress. The DLQ is read, never consumed or hidden.\n',
     )
     .action(async (options: WaitCliOptions) => {
@@ -305,6 +337,10 @@ export function registerWait(program: Command): void {
           tableName: output(stack, 'TableName'),
         });
         const control = pipelineControl(aws, stack);
+        const cancels = new BatchCancels({
+          client: aws.clients.dynamodb,
+          tableName: output(stack, 'TableName'),
+        });
         const queueUrl = output(stack, 'QueueUrl');
         const dlqUrl = output(stack, 'DlqUrl');
         const progress = new Progress({
@@ -315,12 +351,13 @@ export function registerWait(program: Command): void {
         const report = await waitForRecords(
           {
             look: async () => {
-              const [rows, pipeline, queueIdle] = await Promise.all([
+              const [rows, pipeline, queueIdle, cancel] = await Promise.all([
                 selectedRows(store, selection),
                 control.readState(),
                 isQueueIdle(aws, queueUrl),
+                selection.kind === 'batch' ? cancels.get(selection.batchId) : undefined,
               ]);
-              return { rows, pipeline, queueIdle };
+              return { rows, pipeline, queueIdle, ...(cancel ? { cancel } : {}) };
             },
             dlq: dlqReader(aws, dlqUrl),
             now: Date.now,

@@ -10,6 +10,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
+import { type BatchCancel, cancelledReason } from './cancellations.js';
 import { type ClaimResult, isFinalStatus, type OutcomeRow } from './store.js';
 
 /** Why a claim was refused. */
@@ -79,7 +80,9 @@ export type RecordDecision =
    */
   | { action: 'retry'; release: boolean; reason: string; notBefore?: number; cooldownMs?: number }
   /** Nothing to write: the message is a duplicate of a finished record; delete it. */
-  | { action: 'drop'; reason: string };
+  | { action: 'drop'; reason: string }
+  /** The record's batch is cancelled: `cancelled` row. `wasted`: a solve was made and not posted. */
+  | { action: 'cancel'; reason: string; wasted: boolean };
 
 export interface DecisionContext {
   /** The message's ApproximateReceiveCount (this delivery included). */
@@ -246,4 +249,13 @@ export function decidePauseFailed(
     reason: REASON.PAUSE_FAILED,
     ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
   };
+}
+
+/**
+ * decideCancelled — the record's batch is cancelled (checked before a new task is submitted and
+ * before the POST): `cancelled` with the cancel's reason, never submitted or posted after that.
+ * `solved`: the token was in hand, so its solve is wasted.
+ */
+export function decideCancelled(cancel: Pick<BatchCancel, 'reason'>, solved: boolean): RecordDecision {
+  return { action: 'cancel', reason: cancelledReason(cancel), wasted: solved };
 }

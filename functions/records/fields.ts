@@ -15,8 +15,11 @@ export const OUTCOME_FIELDS = [
   'updated_at',
 ] as const;
 
-/** Statuses after which a record is done unless an operator redrives it. */
-export const FINAL_STATUSES = ['submitted', 'failed', 'rejected'] as const;
+/**
+ * Statuses after which a record is done unless an operator redrives it. `cancelled`: its batch was
+ * cancelled (`threadgate cancel`) before the record was posted.
+ */
+export const FINAL_STATUSES = ['submitted', 'failed', 'rejected', 'cancelled'] as const;
 
 /**
  * Statuses with which a record's current attempt has ended: the final ones and `stopped` (its

@@ -23,7 +23,7 @@ import { FINAL_STATUSES } from './fields.js';
  * record sent again under another batch keeps its first row, and so its first batch.
  * Never stores a token or a key.
  */
-export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'stopped';
+export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'cancelled' | 'stopped';
 
 export interface OutcomeRow {
   record_key: string;
@@ -51,11 +51,11 @@ export interface OutcomeRow {
 export type ClaimResult =
   /** `previous`: the row as it was before this claim took it (an expired lease, `stopped`), with its phase markers. */
   | { claimed: true; leaseExpiresAt: number; previous?: OutcomeRow }
-  /** `finished`: submitted / failed / rejected. `leased`: in_progress with a live lease. */
+  /** `finished`: submitted / failed / rejected / cancelled. `leased`: in_progress with a live lease. */
   | { claimed: false; why: 'finished' | 'leased'; row: OutcomeRow | undefined };
 
 export interface FinalOutcome {
-  status: 'submitted' | 'failed' | 'stopped';
+  status: 'submitted' | 'failed' | 'cancelled' | 'stopped';
   reason: string;
   targetStatus?: number;
   /** in.php submits made by this claim (added to the row's attempts). */

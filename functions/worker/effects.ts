@@ -111,6 +111,19 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
     }
     case 'drop':
       return { kind: 'done', status: 'duplicate' };
+    case 'cancel': {
+      // Its batch is cancelled: the record ends here, before a new task or before its POST.
+      const written = await deps.store.finish(c.recordKey!, c.owner!, {
+        status: 'cancelled',
+        reason: decision.reason,
+        attempts: c.attempts,
+      });
+      if (written.written && decision.wasted) deps.metrics.addMetric('WastedSolves', MetricUnit.Count, 1);
+      return finished(written.written, 'cancelled', deps, log, {
+        reason: decision.reason,
+        wasted: decision.wasted,
+      });
+    }
     case 'stop': {
       // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
       deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);

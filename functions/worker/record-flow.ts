@@ -7,11 +7,13 @@ import type { SolveResult } from '../captchaai/types.js';
 import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
 import {
   type DecisionContext,
+  decideCancelled,
   decideClaimConflict,
   decideFinalWriteLost,
   decideOutcome,
   decidePriorPhase,
   decideTargetResponse,
+  type PriorPhase,
 } from '../records/decisions.js';
 import {
   captchaTaskOf,
@@ -214,11 +216,8 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
   let attempts = 0;
   const markers = new TaskMarkers(w);
   try {
-    if (prior.kind === 'wait') {
-      // The earlier claim's task may still hold a thread: keep this slot until it must be done.
-      log.info('an earlier task of this record may hold a thread; holding the slot', { until: prior.until });
-      await deps.sleep(prior.until - deps.now(), options.signal);
-    }
+    const cancelled = await beforeNewTask(w, prior);
+    if (cancelled) return cancelled;
     const session = new TargetSession({
       allowlist: config.allowlist,
       resolver: deps.resolver,
@@ -276,7 +275,8 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
       throw new TargetError('TOKEN_EXPIRED', `the token is older than its ${lifetimeMs} ms lifetime`);
     }
     await markers.settled();
-    return await postAndFinish(w, session, solved, attempts - markers.counted);
+    const notPosted = await endIfCancelled(w, attempts - markers.counted);
+    return notPosted ?? (await postAndFinish(w, session, solved, attempts - markers.counted));
   } catch (err) {
     if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
     await markers.settled();
@@ -353,6 +353,43 @@ async function postAndFinish(
     targetStatus: posted.status,
     polls: solved.polls,
     ...timing.fields(),
+  });
+}
+
+/**
+ * Before a new task: an earlier claim's task that may still hold a thread keeps this slot until it
+ * must be done; then a cancelled batch submits no task (a task an earlier claim left within its
+ * deadline is polled to its end instead, and the check before the POST ends the record).
+ */
+async function beforeNewTask(w: ClaimWork, prior: PriorPhase): Promise<RecordResult | undefined> {
+  if (prior.kind === 'wait') {
+    w.log.info('an earlier task of this record may hold a thread; holding the slot', { until: prior.until });
+    await w.deps.sleep(prior.until - w.deps.now(), w.options.signal);
+  }
+  return prior.kind === 'resume' ? undefined : endIfCancelled(w, undefined);
+}
+
+/**
+ * Ends the record `cancelled` when its batch is cancelled, as this environment knows it (read again
+ * when older than the bound, ./cancel-watch.ts). `solvedAttempts`: the token is in hand (so it is not
+ * posted and its solve is wasted), with the in.php calls not yet counted on the row.
+ */
+async function endIfCancelled(
+  w: ClaimWork,
+  solvedAttempts: number | undefined,
+): Promise<RecordResult | undefined> {
+  const { deps, job, log } = w;
+  const cancel = job.batch_id === undefined ? undefined : await deps.cancels?.cancelOf(job.batch_id);
+  if (!cancel) return undefined;
+  const solved = solvedAttempts !== undefined;
+  if (solved) log.info('the batch was cancelled while the record was solved; not posted');
+  return applyDecision(decideCancelled(cancel, solved), {
+    record: w.record,
+    deps,
+    log,
+    owner: w.owner,
+    recordKey: job.record_key,
+    attempts: solvedAttempts ?? 0,
   });
 }
 

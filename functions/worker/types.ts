@@ -5,6 +5,7 @@ import type { Dispatcher } from 'undici';
 import type { SolveOptions } from '../captchaai/client.js';
 import type { CaptchaTask, SolveResult } from '../captchaai/types.js';
 import type { PipelineControl } from '../pipeline/control.js';
+import type { BatchCancel } from '../records/cancellations.js';
 import type { OutcomeStatus, OutcomesStore } from '../records/store.js';
 import type { Resolver } from '../target/allowlist.js';
 import type { WorkerConfig } from './config.js';
@@ -32,6 +33,8 @@ export interface WorkerDeps {
   sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   logger: Logger;
   metrics: Metrics;
+  /** Batch cancels as this environment last read them (./cancel-watch.ts); unset: none are read. */
+  cancels?: { cancelOf(batchId: string): Promise<BatchCancel | undefined> };
   /** A unique lease owner per claim. */
   newOwner?: () => string;
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */

@@ -7,7 +7,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { METRICS_NAMESPACE } from './worker.js';
 
-/** The worker's outcome counter (dimension `status`: outcome statuses plus `dlq`, `lost_claim`). */
+/** The worker's outcome counter (dimension `status`: outcome statuses, `cancelled` included, plus `dlq`, `lost_claim`). */
 export const OUTCOMES_METRIC = 'Outcomes';
 
 export interface MonitoringProps {
@@ -203,6 +203,8 @@ function addDashboardWidgets(
         custom('Solves', 'Sum').with({ label: 'Solves' }),
         byDimension('ClaimConflicts', 'reason', 'Claim conflicts (duplicates skipped)'),
         custom('StopEvents', 'Sum').with({ label: 'Stop-class events' }),
+        // A record whose batch was cancelled (`threadgate cancel`) after its task was answered is not posted.
+        custom('WastedSolves', 'Sum').with({ label: 'Solves of cancelled batches, not posted' }),
       ],
       right: [
         custom('SolveTime', 'Average').with({ label: 'Solve time avg (ms)' }),

@@ -6,6 +6,7 @@ import {
 } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import { readCap } from '../../functions/pipeline/cap-policy.js';
+import { isCancelKey } from '../../functions/records/cancellations.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
@@ -61,7 +62,8 @@ export async function readOutcomes(stack: Pick<LocalStack, 'documents' | 'output
     { client: stack.documents },
     { TableName: stack.outputs.TableName },
   )) {
-    rows.push(...((page.Items ?? []) as OutcomeRow[]));
+    // A batch cancel is an item of the table, not a row (functions/records/cancellations.ts).
+    rows.push(...((page.Items ?? []) as OutcomeRow[]).filter((r) => !isCancelKey(r.record_key)));
   }
   return rows;
 }

@@ -105,6 +105,8 @@ class WaitRules(unittest.TestCase):
         self.assertEqual(tally(rows(submitted=2, failed=1), 3)[2], ("done", tg.EXIT_BAD_TASK))
         self.assertEqual(tally(rows(submitted=2, rejected=1), 3)[2], ("done", tg.EXIT_BAD_TASK))
         self.assertEqual(tally(rows(submitted=1, failed=1, stopped=1), 3)[2], ("done", tg.EXIT_STOP))
+        self.assertEqual(tally(rows(submitted=1, failed=1, cancelled=1), 3)[2], ("done", tg.EXIT_CANCELLED))
+        self.assertEqual(tally(rows(cancelled=1, stopped=1), 2)[2], ("done", tg.EXIT_STOP))
 
     def test_not_done_while_short_or_a_row_is_in_progress(self):
         self.assertIsNone(tally(rows(submitted=2), 3)[2])
@@ -129,10 +131,68 @@ class WaitRules(unittest.TestCase):
     def test_times_out_with_4(self):
         clock = iter(range(0, 1000, 5))
         dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": [
-            {"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]}})()
+            {"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]},
+            "get_item": lambda self, **kw: {}})()
         result = tg.wait("t", "b", expect=1, timeout_s=10, dynamodb=dynamodb, sleep=lambda s: None,
                          now=lambda: next(clock))
         self.assertEqual((result.end, result.exit_code, result.counts), ("timeout", 4, {"in_progress": 1}))
+
+
+class Tenants(unittest.TestCase):
+    def sent_groups(self, records, **kw):
+        class Sqs:
+            entries = []
+
+            def send_message_batch(self, QueueUrl, Entries):
+                self.entries.extend(Entries)
+                return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
+        sqs = Sqs()
+        tg.send("q", records, sqs=sqs, **kw)
+        return [e.get("MessageGroupId") for e in sqs.entries]
+
+    def test_the_batch_is_the_tenant_by_default_and_tenant_overrides_it(self):
+        other = {**GOOD, "record_key": "k2"}
+        self.assertEqual(self.sent_groups([GOOD, other], batch_id="nightly-1"), ["nightly-1", "nightly-1"])
+        self.assertEqual(self.sent_groups([GOOD], batch_id="nightly-1", tenant="partner"), ["partner"])
+        self.assertEqual(self.sent_groups([GOOD]), [None])
+        self.assertEqual(self.sent_groups([{**GOOD, "batch_id": "b" * 200}]), ["b" * 128])
+        with self.assertRaises(ValueError):
+            tg.send("q", [GOOD], tenant="has space", sqs=object())
+
+
+class CancelRules(unittest.TestCase):
+    def fake(self, cancel_item, rows_):
+        class D:
+            def __init__(self):
+                self.puts = []
+
+            def query(self, **kw):
+                return {"Items": rows_}
+
+            def get_item(self, **kw):
+                assert kw["Key"] == {"record_key": {"S": "cancelled batch b"}}, kw
+                return {"Item": cancel_item} if cancel_item else {}
+
+            def put_item(self, **kw):
+                self.puts.append(kw)
+        return D()
+
+    def test_a_cancelled_batch_ends_the_wait_with_5_once_nothing_is_in_progress(self):
+        cancel = {"record_key": {"S": "cancelled batch b"}, "cancelled_batch": {"S": "b"},
+                  "cancelled_at": {"S": "2026-12-03T12:00:00.000Z"}, "cancelled_by": {"S": "operator"}}
+        done = [{"record_key": {"S": "a"}, "status": {"S": "cancelled"}}]
+        result = tg.wait("t", "b", expect=3, dynamodb=self.fake(cancel, done), sleep=lambda s: None)
+        self.assertEqual((result.end, result.exit_code, result.ended), ("cancelled", tg.EXIT_CANCELLED, 1))
+        self.assertEqual(result.cancel["batch_id"], "b")
+
+    def test_cancel_writes_one_conditional_item_and_refuses_a_bad_batch_id(self):
+        d = self.fake(None, [])
+        out = tg.cancel("t", "b", "wrong URL", dynamodb=d)
+        self.assertEqual((out["batch_id"], out["reason"], out["already"]), ("b", "wrong URL", False))
+        self.assertEqual(d.puts[0]["ConditionExpression"], "attribute_not_exists(record_key)")
+        self.assertEqual(d.puts[0]["Item"]["record_key"], {"S": "cancelled batch b"})
+        with self.assertRaises(ValueError):
+            tg.cancel("t", "has space", dynamodb=d)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ batch by the rules of `threadgate wait`, and read its outcomes. Needs only boto3
 
 from .outcomes import (
     EXIT_BAD_TASK,
+    EXIT_CANCELLED,
     EXIT_OK,
     EXIT_STOP,
     EXIT_TRANSIENT,
     WaitResult,
     batch_outcomes,
+    cancel,
+    cancelled,
     key_outcomes,
     stack_outputs,
     wait,
@@ -25,7 +28,7 @@ from .send import Refusal, SendResult, send
 __version__ = "0.1.0"
 
 __all__ = [
-    "EXIT_BAD_TASK", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "Refusal", "SCHEMA", "SendResult",
-    "WaitResult", "batch_outcomes", "key_outcomes", "send", "stack_outputs", "validate", "wait",
+    "EXIT_BAD_TASK", "EXIT_CANCELLED", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "Refusal", "SCHEMA", "SendResult",
+    "WaitResult", "batch_outcomes", "cancel", "cancelled", "key_outcomes", "send", "stack_outputs", "validate", "wait",
     "__version__",
 ]

@@ -8,9 +8,13 @@ from typing import Dict, List, Optional
 #: The outcomes table's index on batch_id + updated_at (every attribute projected).
 BATCH_INDEX = "batch_id-updated_at"
 #: Statuses after which a record is done: final rows, and `stopped` (its message is in the DLQ).
-ENDED = ("submitted", "failed", "rejected", "stopped")
+ENDED = ("submitted", "failed", "rejected", "cancelled", "stopped")
 #: `threadgate wait`'s exit codes.
 EXIT_OK, EXIT_BAD_TASK, EXIT_STOP, EXIT_TRANSIENT = 0, 2, 3, 4
+#: `threadgate wait`'s exit code for a cancelled batch (`threadgate cancel`, cancel() below).
+EXIT_CANCELLED = 5
+#: The outcomes-table key of a batch's cancel (functions/records/cancellations.ts): never a record key.
+CANCEL_KEY_PREFIX = "cancelled batch "
 
 
 def _client(name, client):
@@ -88,7 +92,7 @@ class WaitResult:
     ended: int
     #: Rows by status (submitted, failed, rejected, stopped, in_progress).
     counts: Dict[str, int]
-    #: done, too_many, paused or timeout.
+    #: done, too_many, cancelled, paused or timeout.
     end: str
     #: EXIT_OK, EXIT_BAD_TASK, EXIT_STOP or EXIT_TRANSIENT.
     exit_code: int
@@ -96,6 +100,8 @@ class WaitResult:
     message: str
     #: The batch's outcome rows at the end (dicts with the table's attributes; never a token).
     rows: List[dict] = field(default_factory=list, repr=False)
+    #: The batch's cancel when it was cancelled (see cancel()).
+    cancel: Optional[dict] = None
 
 
 def tally(rows, expected):
@@ -113,9 +119,56 @@ def tally(rows, expected):
         return counts, ended, None
     if counts.get("stopped", 0):
         return counts, ended, ("done", EXIT_STOP)
+    if counts.get("cancelled", 0):
+        return counts, ended, ("done", EXIT_CANCELLED)
     if counts.get("failed", 0) + counts.get("rejected", 0):
         return counts, ended, ("done", EXIT_BAD_TASK)
     return counts, ended, ("done", EXIT_OK)
+
+
+def _cancel_of(item):
+    if not item:
+        return None
+    row = _plain(item)
+    cancel = {"batch_id": row.get("cancelled_batch"), "cancelled_at": row.get("cancelled_at"),
+              "by": row.get("cancelled_by")}
+    if row.get("cancel_reason"):
+        cancel["reason"] = row["cancel_reason"]
+    return cancel
+
+
+def cancelled(table_name: str, batch_id: str, *, dynamodb=None) -> Optional[dict]:
+    """The batch's cancel ({batch_id, cancelled_at, by, reason?}), or None when it is not cancelled."""
+    item = _client("dynamodb", dynamodb).get_item(
+        TableName=table_name, Key={"record_key": {"S": CANCEL_KEY_PREFIX + batch_id}}, ConsistentRead=True,
+    ).get("Item")
+    return _cancel_of(item)
+
+
+def cancel(table_name: str, batch_id: str, reason: Optional[str] = None, *, by: str = "producer",
+           dynamodb=None) -> dict:
+    """Cancels one batch, as `threadgate cancel --batch` does: its records not yet solved end
+    `cancelled` without a CAPTCHA task or a POST, once every worker has seen the cancel (within
+    10 s x the deployment's time scale, at least 1 s); a record already posted ends as it would have.
+    Final: a second cancel changes nothing and returns the first. Other batches go on.
+    Returns the cancel with `already` (True when the batch was cancelled before).
+    The table is the stack output TableName (stack_outputs(name)["TableName"])."""
+    if not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256 or any(not 0x21 <= ord(c) <= 0x7E for c in batch_id):
+        raise ValueError(f"batch_id must be 1-256 printable ASCII characters without spaces, got {batch_id!r}")
+    client = _client("dynamodb", dynamodb)
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    item = {"record_key": {"S": CANCEL_KEY_PREFIX + batch_id}, "cancelled_batch": {"S": batch_id},
+            "cancelled_at": {"S": at}, "cancelled_by": {"S": by}}
+    reason = (reason or "").strip()[:500]
+    if reason:
+        item["cancel_reason"] = {"S": reason}
+    try:
+        client.put_item(TableName=table_name, Item=item, ConditionExpression="attribute_not_exists(record_key)")
+    except Exception as err:  # botocore's ConditionalCheckFailedException, without importing botocore
+        if getattr(err, "response", {}).get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            raise
+        return {**cancelled(table_name, batch_id, dynamodb=client), "already": True}
+    return {**_cancel_of(item), "already": False}
 
 
 def _paused(ssm, parameter):
@@ -131,9 +184,11 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     """Polls the batch's rows until it is done, the pipeline is paused, or `timeout_s` passes.
 
     As `threadgate wait` decides: more rows under the batch than `expect` end it at once
-    ("too_many", exit 2); it is done when `expect` records ended (submitted, failed, rejected or
-    stopped) and none is in progress, with exit code 3 if one was stopped (the pipeline paused
-    on a stop-class error), 2 if one failed or was rejected, else 0; 4 on timeout. With `state_parameter` (stack output PipelineStateParameter) a paused
+    ("too_many", exit 2); it is done when `expect` records ended (submitted, failed, rejected,
+    cancelled or stopped) and none is in progress, with exit code 3 if one was stopped (the pipeline
+    paused on a stop-class error), 5 if one was cancelled, 2 if one failed or was rejected, else 0;
+    4 on timeout. A cancelled batch (cancel()) ends the wait with 5 ("cancelled") once none of its
+    records is in progress: its messages still queued end `cancelled` without a task. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
     makes it time out. `expect=0` (every record refused, say) is done at once with exit 0 while no
@@ -145,9 +200,10 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     while True:
         rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
         counts, ended, verdict = tally(rows, expect)
+        cancel = cancelled(table_name, batch_id, dynamodb=dynamodb)
 
         def result(end, exit_code, message):
-            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows)
+            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows, cancel)
 
         if verdict == ("too_many", EXIT_BAD_TASK):
             return result("too_many", EXIT_BAD_TASK,
@@ -155,6 +211,10 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
                           "expected: the batch_id was used before, or the expected count misses a part")
         if verdict is not None:
             return result("done", verdict[1], f"batch {batch_id}: all {expect} records ended")
+        if cancel and counts.get("in_progress", 0) == 0:
+            return result("cancelled", EXIT_CANCELLED,
+                          f"batch {batch_id}: the batch was cancelled at {cancel['cancelled_at']}; {ended} of "
+                          f"{expect} records ended, none is in progress")
         paused = _paused(ssm, state_parameter)
         if paused:
             return result("paused", EXIT_STOP, f"batch {batch_id}: {expect - ended} of {expect} records have not "

@@ -47,7 +47,7 @@ def _client(sqs):
 
 
 def _batches(entries):
-    """Groups (index, key, body) entries into requests of at most 10 entries and BATCH_BYTES."""
+    """Groups (index, key, body, group) entries into requests of at most 10 entries and BATCH_BYTES."""
     batch, size = [], 0
     for entry in entries:
         length = len(entry[2].encode("utf-8"))
@@ -60,14 +60,32 @@ def _batches(entries):
         yield batch
 
 
-def send(queue_url: str, records, *, batch_id: Optional[str] = None, sqs=None,
-         sleep=time.sleep) -> SendResult:
+#: SQS's limit on a MessageGroupId.
+MAX_GROUP_ID = 128
+
+
+def group_of(record: dict, tenant: Optional[str]) -> Optional[str]:
+    """The message's MessageGroupId (its tenant for SQS fair queues): `tenant`, else the record's
+    batch_id (cut to SQS's 128 characters), else none. `threadgate enqueue` picks it the same way."""
+    group = tenant if tenant is not None else record.get("batch_id")
+    return group[:MAX_GROUP_ID] if isinstance(group, str) and group else None
+
+
+def send(queue_url: str, records, *, batch_id: Optional[str] = None, tenant: Optional[str] = None,
+         sqs=None, sleep=time.sleep) -> SendResult:
     """Validates each record (a dict) against the job schema and sends the valid ones.
 
-    `batch_id`, when given, is set on every record, replacing a `batch_id` the record carries. Entries SQS fails on its side are retried with doubling waits; after the last
-    attempt the rest raise RuntimeError (nothing is dropped silently). Sending a record
+    `tenant` sets every message's MessageGroupId: on a standard queue SQS then treats each tenant
+    fairly (a tenant with a backlog does not hold the others' messages back). By default the
+    record's batch is its tenant; records without a batch and no `tenant` carry no group.
+
+    `batch_id`, when given, is set on every record, replacing a `batch_id` the record carries.
+    Entries SQS fails on its side are retried with doubling waits; after the last attempt the rest raise RuntimeError (nothing is dropped silently). Sending a record
     twice is safe: the worker solves and submits each record_key once.
     """
+    if tenant is not None and (not isinstance(tenant, str) or not 0 < len(tenant) <= MAX_GROUP_ID
+                               or any(not 0x21 <= ord(c) <= 0x7E for c in tenant)):
+        raise ValueError(f"tenant must be 1-{MAX_GROUP_ID} printable ASCII characters without spaces, got {tenant!r}")
     client = _client(sqs)
     result = SendResult()
     valid = []
@@ -81,21 +99,22 @@ def send(queue_url: str, records, *, batch_id: Optional[str] = None, sqs=None,
         if reasons:
             result.refused.append(Refusal(index, key, reasons))
             continue
-        valid.append((index, key, json.dumps(record, separators=(",", ":"))))
+        valid.append((index, key, json.dumps(record, separators=(",", ":")), group_of(record, tenant)))
 
     keys = {}
     for batch in _batches(valid):
-        pending = {str(index): (index, key, body) for index, key, body in batch}
+        pending = {str(index): (index, key, body, group) for index, key, body, group in batch}
         for attempt in range(ATTEMPTS):
-            entries = [{"Id": id_, "MessageBody": body} for id_, (_, _, body) in pending.items()]
+            entries = [{"Id": id_, "MessageBody": body, **({"MessageGroupId": group} if group else {})}
+                       for id_, (_, _, body, group) in pending.items()]
             response = client.send_message_batch(QueueUrl=queue_url, Entries=entries)
             for ok in response.get("Successful", []):
-                index, key, _ = pending.pop(ok["Id"])
+                index, key, _, _ = pending.pop(ok["Id"])
                 result.sent += 1
                 keys[key] = True
             for failed in response.get("Failed", []):
                 if failed.get("SenderFault"):
-                    index, key, _ = pending.pop(failed["Id"])
+                    index, key, _, _ = pending.pop(failed["Id"])
                     result.refused.append(Refusal(index, key, [f"SQS: {failed.get('Code')}: {failed.get('Message', '')}".rstrip(": ")]))
             if not pending:
                 break

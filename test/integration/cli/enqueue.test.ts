@@ -119,6 +119,50 @@ describe('threadgate enqueue', () => {
     expect((out.Messages ?? []).map((m) => m.Body).sort()).toEqual([...lines].sort());
   });
 
+  it('sets MessageGroupId (the tenant of SQS fair queues): the line’s batch_id by default, --tenant over it, none without either (checked on receive)', async () => {
+    // Prepare
+    const withBatch = (n: number, batch: string) =>
+      JSON.stringify({ ...JSON.parse(job(n)), batch_id: batch });
+    const file = join(dir, 'tenants.jsonl');
+    await writeFile(file, `${[withBatch(1, 'nightly-1'), withBatch(2, 'sync-9'), job(3)].join('\n')}\n`);
+    const bad = await runCli(['enqueue', file, '--tenant', 'has space'], { env: cliEnv(stack.moto) });
+    const groups = async () => {
+      const got: Record<string, string | undefined> = {};
+      for (let round = 0; round < 5 && Object.keys(got).length < 3; round++) {
+        const out = await sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: stack.outputs.QueueUrl,
+            MaxNumberOfMessages: 10,
+            MessageSystemAttributeNames: ['MessageGroupId'],
+            VisibilityTimeout: 0,
+          }),
+        );
+        for (const m of out.Messages ?? [])
+          got[JSON.parse(m.Body ?? '{}').record_key] = m.Attributes?.MessageGroupId;
+      }
+      await sqs.send(new PurgeQueueCommand({ QueueUrl: stack.outputs.QueueUrl }));
+      return got;
+    };
+
+    // Act
+    const byDefault = await runCli(['enqueue', file], { env: cliEnv(stack.moto) });
+    const defaultGroups = await groups();
+    const named = await runCli(['enqueue', file, '--tenant', 'partner-sync'], { env: cliEnv(stack.moto) });
+    const namedGroups = await groups();
+
+    // Assess
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--tenant must be 1-128 printable ASCII characters without spaces');
+    expect(byDefault.code).toBe(0);
+    expect(defaultGroups).toEqual({ 'rec-1': 'nightly-1', 'rec-2': 'sync-9', 'rec-3': undefined });
+    expect(named.code).toBe(0);
+    expect(namedGroups).toEqual({
+      'rec-1': 'partner-sync',
+      'rec-2': 'partner-sync',
+      'rec-3': 'partner-sync',
+    });
+  });
+
   it('reads standard input with -, warns about a repeated record_key and prints a JSON summary with --json', async () => {
     // Prepare: line 3 repeats line 1's record_key; line 2 is blank.
     const input = `${job(1)}\n\n${job(1)}\n${job(4)}\n`;

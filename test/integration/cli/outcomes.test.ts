@@ -210,7 +210,9 @@ describe('threadgate outcomes', () => {
 
     // Assess
     expect(run.code).toBe(2);
-    expect(run.stderr).toContain('--status must be one of in_progress, submitted, failed, rejected, stopped');
+    expect(run.stderr).toContain(
+      '--status must be one of in_progress, submitted, failed, rejected, cancelled, stopped',
+    );
   });
 });
 

@@ -7,6 +7,7 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
   SendMessageBatchCommand,
+  SendMessageCommand,
   SQSClient,
   StartMessageMoveTaskCommand,
 } from '@aws-sdk/client-sqs';
@@ -175,6 +176,38 @@ describe('threadgate redrive', () => {
     const moved = await drain(stack.outputs.QueueUrl!);
     expect(moved.map((m) => m.Body).sort()).toEqual([...bodies].sort());
     expect(moved[0]?.MessageAttributes?.error_code?.StringValue).toBe('ERROR_WRONG_USER_KEY');
+  });
+
+  it('keeps each message’s tenant (MessageGroupId) through the move; a copy without one gets its batch_id', async () => {
+    // Prepare: one message SQS moved keeping its group, one worker copy that carries none
+    const body = (key: string) => JSON.stringify({ record_key: key, batch_id: 'nightly-3' });
+    await sqs.send(
+      new SendMessageCommand({
+        QueueUrl: stack.outputs.DlqUrl,
+        MessageBody: body('grouped'),
+        MessageGroupId: 'partner',
+      }),
+    );
+    await sqs.send(new SendMessageCommand({ QueueUrl: stack.outputs.DlqUrl, MessageBody: body('copied') }));
+
+    // Act
+    const run = await runCli(['redrive', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(run.code).toBe(0);
+    const groups: Record<string, string | undefined> = {};
+    for (let round = 0; round < 5 && Object.keys(groups).length < 2; round++) {
+      const out = await sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: stack.outputs.QueueUrl,
+          MaxNumberOfMessages: 10,
+          MessageSystemAttributeNames: ['MessageGroupId'],
+        }),
+      );
+      for (const m of out.Messages ?? [])
+        groups[JSON.parse(m.Body ?? '{}').record_key] = m.Attributes?.MessageGroupId;
+    }
+    expect(groups).toEqual({ grouped: 'partner', copied: 'nightly-3' });
   });
 
   it('moves at most --max messages and leaves the rest in the DLQ', async () => {

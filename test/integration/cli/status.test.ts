@@ -127,8 +127,41 @@ describe('threadgate status', () => {
     expect(run.stdout).toMatch(/queue\s+2 waiting, 1 in flight/);
     expect(run.stdout).toMatch(/dlq\s+2 waiting/);
     expect(run.stdout).toMatch(
-      /outcomes\s+3 rows: in_progress 0, submitted 2, failed 1, rejected 0, stopped 0/,
+      /outcomes\s+3 rows: in_progress 0, submitted 2, failed 1, rejected 0, cancelled 0, stopped 0/,
     );
+  });
+
+  it('cancel --batch records the cancel once (a second says so and changes nothing); status lists it, and its rows are not counted as outcomes', async () => {
+    // Act
+    const first = await runCli(['cancel', '--batch', 'nightly-7', '--reason', 'wrong form URL'], {
+      env: cliEnv(stack.moto),
+    });
+    const again = await runCli(['cancel', '--batch', 'nightly-7', '--reason', 'other', '--json'], {
+      env: cliEnv(stack.moto),
+    });
+    const bad = await runCli(['cancel', '--batch', 'has space'], { env: cliEnv(stack.moto) });
+    const missing = await runCli(['cancel'], { env: cliEnv(stack.moto) });
+    const text = await runCli(['status'], { env: cliEnv(stack.moto) });
+    const json = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
+
+    // Assess
+    expect(first.code).toBe(0);
+    expect(first.stdout).toMatch(/cancelled batch nightly-7 on \S+ at \S+; reason: wrong form URL\./);
+    expect(first.stdout).toContain('exit code 5');
+    expect(again.code).toBe(0);
+    expect(JSON.parse(again.stdout)).toMatchObject({
+      batchId: 'nightly-7',
+      reason: 'wrong form URL',
+      already: true,
+    });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--batch: must be printable ASCII without spaces');
+    expect(missing.code).toBe(2);
+    expect(text.stdout).toMatch(/cancelled\s+1 batch:\n\s+nightly-7\s+at \S+ by operator: wrong form URL/);
+    expect(text.stdout).toMatch(/outcomes\s+3 rows:/);
+    expect(json.cancelledBatches).toEqual([
+      expect.objectContaining({ batchId: 'nightly-7', reason: 'wrong form URL', by: 'operator' }),
+    ]);
   });
 
   it('says the plan is unavailable, without failing, when CaptchaAI rejects the key', async () => {

@@ -14,6 +14,7 @@ import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DlqHit, doneExitCode, tally } from '../../../cli/commands/wait.js';
 import { type DlqReaderSqs, readDlq } from '../../../cli/dlq-read.js';
+import { BatchCancels } from '../../../functions/records/cancellations.js';
 import type { OutcomeRow } from '../../../functions/records/store.js';
 import { type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
 
@@ -370,5 +371,70 @@ describe('wait tally', () => {
   it('counts a row in_progress as open, and a DLQ message without a row as a record', () => {
     const t = tally(batch, 2, [row('a', 'in_progress')], [{ recordKey: 'z', batchId: 'b' }]);
     expect(t).toEqual({ counts: { in_progress: 1, dlq: 1 }, ended: 1, pending: 1, records: 2, open: 1 });
+  });
+});
+
+describe('threadgate wait on a cancelled batch', () => {
+  it('exits 5 once none of the batch’s records is in progress, with the cancel in the report; cancelled rows count as ended', async () => {
+    // Prepare: 2 of 4 ended (one cancelled), one still at CaptchaAI, one never reached yet
+    const batch = 'cancelled-wait';
+    const [, , working] = await putRows(batch, ['submitted', 'cancelled', 'in_progress']);
+    const cancels = new BatchCancels({
+      client: new DynamoDBClient(stack.clientConfig),
+      tableName: stack.outputs.TableName!,
+    });
+    await cancels.cancel(batch, { reason: 'wrong form URL' });
+    // Act: the wait goes on while a row is in progress, and ends once it has ended
+    const running = wait(['--batch', batch, '--expect', '4', '--json']);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await documents.send(
+      new BatchWriteCommand({
+        RequestItems: {
+          [stack.outputs.TableName!]: [
+            {
+              PutRequest: {
+                Item: {
+                  record_key: working,
+                  batch_id: batch,
+                  status: 'submitted',
+                  reason: 'OK',
+                  updated_at: now,
+                },
+              },
+            },
+          ],
+        },
+      }),
+    );
+    const run = await running;
+    // Assess
+    expect(run.code).toBe(5);
+    const report = JSON.parse(run.stdout);
+    expect(report).toMatchObject({
+      end: 'cancelled',
+      exit_code: 5,
+      ended: 3,
+      pending: 1,
+      counts: { submitted: 2, cancelled: 1 },
+      cancel: { batchId: batch, reason: 'wrong form URL', by: 'operator' },
+    });
+    expect(report.message).toContain('the batch was cancelled at');
+    expect(report.message).toContain('the other 1 end `cancelled`');
+  });
+
+  it('ends a --keys wait whose records all ended, one cancelled, with exit 5', () => {
+    const t = tally(
+      { kind: 'keys', keys: ['a', 'b'], file: 'keys.txt' },
+      2,
+      [
+        { record_key: 'a', status: 'submitted' } as OutcomeRow,
+        { record_key: 'b', status: 'cancelled' } as OutcomeRow,
+      ],
+      [],
+    );
+    expect(t).toMatchObject({ ended: 2, pending: 0, open: 0 });
+    expect(doneExitCode(t.counts)).toBe(5);
+    expect(doneExitCode({ cancelled: 1, stopped: 1 })).toBe(3);
+    expect(doneExitCode({ cancelled: 1, failed: 1 })).toBe(5);
   });
 });

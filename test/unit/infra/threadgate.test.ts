@@ -162,6 +162,42 @@ describe('Threadgate construct in a consumer stack', () => {
     expect(grants.has('lambda:ListEventSourceMappings')).toBe(false);
   });
 
+  it('grants cancelling batches only on their cancel items (LeadingKeys), to an operator for every batch and to a producer for its own prefix', () => {
+    const { stack, gate, role } = consumer();
+    const producer = new iam.Role(stack, 'ProducerRole', {
+      assumedBy: new iam.ServicePrincipal('ecs-tasks.amazonaws.com'),
+    });
+    gate.grantOperate(role);
+    gate.grantCancelBatches(producer, 'nightly-');
+    const statements = Template.fromStack(stack).toJSON().Resources as Record<
+      string,
+      {
+        Type: string;
+        Properties: {
+          Roles?: unknown[];
+          PolicyDocument?: { Statement: Array<Statement & { Condition?: unknown }> };
+        };
+      }
+    >;
+    const cancelStatements = (roleId: string) =>
+      Object.values(statements)
+        .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(roleId))
+        .flatMap((r) => r.Properties.PolicyDocument?.Statement ?? [])
+        .filter((st) => [st.Action].flat().includes('dynamodb:PutItem'));
+    expect(cancelStatements('JobRole')).toEqual([
+      expect.objectContaining({
+        Action: ['dynamodb:PutItem', 'dynamodb:GetItem'],
+        Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch *'] } },
+      }),
+    ]);
+    expect(cancelStatements('ProducerRole')).toEqual([
+      expect.objectContaining({
+        Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch nightly-*'] } },
+      }),
+    ]);
+    expect(grantsOf(stack, 'ProducerRole').has('ssm:PutParameter')).toBe(false);
+  });
+
   it('leaves cdk-nag nothing to report in a consumer stack with default props and a granted role', () => {
     const { app, gate, role } = consumer();
     gate.grantProduce(role);
