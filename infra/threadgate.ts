@@ -5,6 +5,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { CaptchaType } from '../functions/captchaai/types.js';
+import type { FormExpectation } from '../functions/records/form-verdict.js';
 import { BATCH_INDEX_NAME } from '../functions/records/store.js';
 import { resolveConfig, type ThreadgateConfig } from './config.js';
 import { CapAdjuster } from './constructs/cap-adjuster.js';
@@ -90,6 +91,14 @@ export interface ThreadgateProps {
   readonly alarmTopicArn?: string;
   /** Publish every final outcome to an outcomes queue (table stream → publisher Lambda → SQS). @default true */
   readonly outcomeStream?: boolean;
+  /**
+   * The default `expect` block for jobs without one: which answers of the form count as accepted
+   * (`status`), and text that must (`body_includes`) or must not (`body_excludes`) be in the
+   * answer, or where its redirect must go (`location`). A job's own block replaces it whole.
+   * Validated at synth by the job schema's rules.
+   * @default none (2xx/3xx = submitted)
+   */
+  readonly expect?: FormExpectation;
   /**
    * Add the stack outputs the `threadgate` CLI reads (QueueUrl, TableName, …) under their plain
    * names, so `threadgate status --stack <stack>` finds this deployment. One Threadgate per
