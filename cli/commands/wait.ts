@@ -6,6 +6,7 @@ import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js
 import { readCountsFile } from '../batch-counts.js';
 import { type DlqHit, type DlqRead, dlqReader, NO_DLQ_MESSAGES } from '../dlq-read.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { formRefusalCounts, formRefusalText } from '../form-refusals.js';
 import { Progress } from '../progress.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import {
@@ -44,6 +45,8 @@ export interface WaitReport {
   records: number;
   /** Rows by status, plus `dlq` for records whose message is in the DLQ without a final row. */
   counts: Record<string, number>;
+  /** Of the `failed` rows, those the form itself refused (FORM_REJECTED, FORM_UNCONFIRMED), by reason. */
+  form_refused: Record<string, number>;
   pending: number;
   /** The DLQ's approximate message count and how many of them the last read saw (it hides none). */
   dlq: { messages: number; read: number };
@@ -151,6 +154,12 @@ function countsText(counts: Record<string, number>): string {
   return parts.length ? parts.join(', ') : 'no outcomes yet';
 }
 
+/** ` (the form said no: FORM_REJECTED 2; see expect_rule)`, or '' when the form refused none. */
+function refusedText(rows: readonly OutcomeRow[]): string {
+  const text = formRefusalText(formRefusalCounts(rows));
+  return text ? ` (the form said no: ${text}; each row's expect_rule names the check)` : '';
+}
+
 function pausedText(state: PipelineState): string {
   const who = state.by ? ` by ${state.by}` : '';
   const since = state.since ? ` since ${state.since}` : '';
@@ -211,6 +220,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       ended: t.ended,
       records: t.records,
       counts: t.counts,
+      form_refused: formRefusalCounts(look.rows),
       pending: t.pending,
       dlq: { messages: dlq.messages, read: dlq.read },
       end,
@@ -226,7 +236,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
         code === EXIT.stop
           ? `; ${pausedText(look.pipeline)}`
           : code === EXIT.badTask
-            ? '; some records did not submit'
+            ? `; some records did not submit${refusedText(look.rows)}`
             : '';
       return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
     }
@@ -287,7 +297,8 @@ export function registerWait(program: Command): void {
       '\nExamples:\n  $ threadgate enqueue jobs.jsonl --counts counts.json && threadgate wait --batch nightly-1 --counts counts.json\n' +
         '  $ threadgate wait --batch nightly-1 --expect 5000 --timeout 3600 --json\n' +
         '  $ threadgate wait --keys jobs.jsonl\n' +
-        'Exit codes: 0 all submitted; 2 some failed, were rejected or are in the DLQ, or records are missing\n' +
+        'Exit codes: 0 all submitted; 2 some failed (the form saying no included: FORM_REJECTED,\n' +
+        'FORM_UNCONFIRMED), were rejected or are in the DLQ, or records are missing\n' +
         '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
         'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout.\n' +
         'Never "done" while a record it waits for is in_progress. The DLQ is read, never consumed or hidden.\n',

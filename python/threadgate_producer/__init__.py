@@ -12,8 +12,10 @@ from .outcomes import (
     EXIT_OK,
     EXIT_STOP,
     EXIT_TRANSIENT,
+    FORM_REFUSALS,
     WaitResult,
     batch_outcomes,
+    form_refusals,
     key_outcomes,
     stack_outputs,
     wait,
@@ -25,7 +27,7 @@ from .send import Refusal, SendResult, send
 __version__ = "0.1.0"
 
 __all__ = [
-    "EXIT_BAD_TASK", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "Refusal", "SCHEMA", "SendResult",
-    "WaitResult", "batch_outcomes", "key_outcomes", "send", "stack_outputs", "validate", "wait",
+    "EXIT_BAD_TASK", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "FORM_REFUSALS", "Refusal", "SCHEMA",
+    "SendResult", "WaitResult", "batch_outcomes", "form_refusals", "key_outcomes", "send", "stack_outputs", "validate", "wait",
     "__version__",
 ]
