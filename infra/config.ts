@@ -2,6 +2,7 @@ import type { PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
 import { ConfigError } from '../functions/common/errors.js';
 import { DEFAULTS } from '../functions/common/settings.js';
+import { type FormExpectation, parseFormExpectation } from '../functions/records/form-verdict.js';
 import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
 import { worstCaseRecordMs } from '../functions/worker/worst-case.js';
 import {
@@ -103,6 +104,13 @@ export interface ThreadgateConfig {
    * SQS). `-c outcomeStream=false` leaves out the queue, the Lambda and the table's stream. @default true
    */
   readonly outcomeStream: boolean;
+  /**
+   * The stack's default `expect` block: how the worker tells from the form's answer that it
+   * accepted a record, for jobs without an `expect` of their own (a job's block replaces it
+   * whole; `"expect": {}` on a job opts out). A JSON object on the command line
+   * (`-c expect='{"body_excludes":["verification failed"]}'`). @default undefined (2xx/3xx = submitted)
+   */
+  readonly expect: FormExpectation | undefined;
 }
 
 /** Raw inputs: context strings, cdk.json values or typed props. */
@@ -137,6 +145,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'logRetentionDays',
   'alarmTopicArn',
   'outcomeStream',
+  'expect',
 ];
 
 /** Every default lives in functions/common/settings.ts, shared with the functions, the CLI and the local stack. */
@@ -193,6 +202,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...redelivery,
     visibilityTimeoutSeconds,
     ...monitoring,
+    expect: parseFormExpectation(input.expect, 'expect'),
   };
 }
 

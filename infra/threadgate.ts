@@ -6,6 +6,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { CaptchaType } from '../functions/captchaai/types.js';
 import { CANCEL_KEY_PREFIX } from '../functions/records/cancellations.js';
+import type { FormExpectation } from '../functions/records/form-verdict.js';
 import { BATCH_INDEX_NAME } from '../functions/records/store.js';
 import { resolveConfig, type ThreadgateConfig } from './config.js';
 import { CapAdjuster } from './constructs/cap-adjuster.js';
@@ -195,6 +196,14 @@ export interface ThreadgateProps {
    * @default true
    */
   readonly outcomeStream?: boolean;
+  /**
+   * The default `expect` block for jobs without one: which answers of the form count as accepted
+   * (`status`), and text that must (`body_includes`) or must not (`body_excludes`) be in the
+   * answer, or where its redirect must go (`location`). A job's own block replaces it whole.
+   * Validated at synth by the job schema's rules.
+   * @default none (2xx/3xx = submitted)
+   */
+  readonly expect?: FormExpectation;
   /**
    * Add the stack outputs the `threadgate` CLI reads (QueueUrl, TableName, …) under their plain
    * names, so `threadgate status --stack <stack>` finds this deployment. One Threadgate per

@@ -4,6 +4,7 @@ import { isCancelKey } from '../../functions/records/cancellations.js';
 import { OUTCOME_FIELDS } from '../../functions/records/fields.js';
 import { OutcomesStore } from '../../functions/records/store.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { formRefusalOf, formRefusalText } from '../form-refusals.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import { type AwsContext, addStackOptions, output, type StackOptions, withStack } from '../stack.js';
 import { OUTCOME_STATUSES, OUTCOME_UNKNOWN } from './status.js';
@@ -51,6 +52,7 @@ export function registerOutcomes(program: Command): void {
         '  $ threadgate outcomes --batch nightly-2026-12-01 --format csv > batch.csv\n' +
         '  $ threadgate outcomes --keys jobs.jsonl\n' +
         `  $ threadgate outcomes --reason ${OUTCOME_UNKNOWN} --format csv   # the form may have taken these\n` +
+        '  $ threadgate outcomes --reason FORM_REJECTED   # the form said no (expect_rule names the check)\n' +
         '  $ threadgate outcomes --format csv > outcomes.csv\n' +
         "  $ threadgate outcomes --json | jq 'length'\n",
     )
@@ -80,10 +82,13 @@ export function registerOutcomes(program: Command): void {
           : outcomeRows(aws, table, filter);
         let n = 0;
         let unknown = 0;
+        const refused: Record<string, number> = {};
         for await (const row of rows) {
           writer.row(row);
           n += 1;
           if (row.status === 'failed' && row.reason === OUTCOME_UNKNOWN) unknown += 1;
+          const refusal = formRefusalOf(row);
+          if (refusal) refused[refusal] = (refused[refusal] ?? 0) + 1;
           if (limit !== undefined && n >= limit) break;
         }
         writer.end();
@@ -93,6 +98,12 @@ export function registerOutcomes(program: Command): void {
           process.stderr.write(
             `${unknown} of them failed ${OUTCOME_UNKNOWN}: the form may have taken ${unknown === 1 ? 'it' : 'them'} although the answer was lost; ` +
               'check each at the target and reconcile by hand (docs/outcomes.md)\n',
+          );
+        }
+        if (formRefusalText(refused)) {
+          process.stderr.write(
+            `${formRefusalText(refused)} of them: the form answered and said no by the job's expect block ` +
+              '(expect_rule names the check; never posted again: docs/outcomes.md)\n',
           );
         }
         const unfiltered = filter.status === undefined && filter.reason === undefined && !since;

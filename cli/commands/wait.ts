@@ -7,6 +7,7 @@ import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js
 import { readCountsFile } from '../batch-counts.js';
 import { type DlqHit, type DlqRead, dlqReader, NO_DLQ_MESSAGES } from '../dlq-read.js';
 import { CliError, EXIT } from '../exit-codes.js';
+import { formRefusalCounts, formRefusalText } from '../form-refusals.js';
 import { Progress } from '../progress.js';
 import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
 import {
@@ -45,6 +46,8 @@ export interface WaitReport {
   records: number;
   /** Rows by status, plus `dlq` for records whose message is in the DLQ without a final row. */
   counts: Record<string, number>;
+  /** Of the `failed` rows, those the form itself refused (FORM_REJECTED, FORM_UNCONFIRMED), by reason. */
+  form_refused: Record<string, number>;
   pending: number;
   /** The DLQ's approximate message count and how many of them the last read saw (it hides none). */
   dlq: { messages: number; read: number };
@@ -167,6 +170,12 @@ function cancelledText(cancel: BatchCancel | undefined): string {
   }`;
 }
 
+/** ` (the form said no: FORM_REJECTED 2; see expect_rule)`, or '' when the form refused none. */
+function refusedText(rows: readonly OutcomeRow[]): string {
+  const text = formRefusalText(formRefusalCounts(rows));
+  return text ? ` (the form said no: ${text}; each row's expect_rule names the check)` : '';
+}
+
 function pausedText(state: PipelineState): string {
   const who = state.by ? ` by ${state.by}` : '';
   const since = state.since ? ` since ${state.since}` : '';
@@ -227,6 +236,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       ended: t.ended,
       records: t.records,
       counts: t.counts,
+      form_refused: formRefusalCounts(look.rows),
       pending: t.pending,
       dlq: { messages: dlq.messages, read: dlq.read },
       end,
@@ -245,7 +255,7 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
           : code === EXIT.cancelled
             ? `; ${cancelledText(look.cancel)}`
             : code === EXIT.badTask
-              ? '; some records did not submit'
+              ? `; some records did not submit${refusedText(look.rows)}`
               : '';
       return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
     }
@@ -318,7 +328,8 @@ export function registerWait(program: Command): void {
       '\nExamples:\n  $ threadgate enqueue jobs.jsonl --counts counts.json && threadgate wait --batch nightly-1 --counts counts.json\n' +
         '  $ threadgate wait --batch nightly-1 --expect 5000 --timeout 3600 --json\n' +
         '  $ threadgate wait --keys jobs.jsonl\n' +
-        'Exit codes: 0 all submitted; 2 some failed, were rejected or are in the DLQ, or records are missing\n' +
+        'Exit codes: 0 all submitted; 2 some failed (the form saying no included: FORM_REJECTED,\n' +
+        'FORM_UNCONFIRMED), were rejected or are in the DLQ, or records are missing\n' +
         '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
         'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout;\n' +
         '5 the batch was cancelled (`threadgate cancel`): ends once none of its records is in progress.\n' +

@@ -11,6 +11,7 @@ import {
   UnsolvableError,
 } from '../common/errors.js';
 import { type BatchCancel, cancelledReason } from './cancellations.js';
+import { type FormAnswer, type FormExpectation, judgeFormAnswer } from './form-verdict.js';
 import { type ClaimResult, isFinalStatus, type OutcomeRow } from './store.js';
 
 /** Why a claim was refused. */
@@ -42,7 +43,10 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * decideClaimConflict — the claim was refused: `finished` → drop (a duplicate, delete it);
  * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease, not before it expires.
  * decideTargetResponse — the form POST answered: 2xx/3xx → `submitted` OK, else `failed`
- * TARGET_HTTP_<status>.
+ * TARGET_HTTP_<status>. With an `expect` block a 2xx/3xx answer is read by it first: a failure
+ * marker, a status or a redirect it does not accept → `failed` FORM_REJECTED; a success marker
+ * (or the redirect) it requires and does not find → `failed` FORM_UNCONFIRMED; `rule` names
+ * the check. Final, never retried: the POST was made (at most one per record).
  * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
  * delete): retry INTERNAL_ERROR, lease kept.
  * decidePriorPhase — a claim took a row an earlier claim left behind: its `posting_at` without a
@@ -108,6 +112,10 @@ export const REASON = {
   FINAL_WRITE_FAILED: 'FINAL_WRITE_FAILED',
   REJECT_CONFLICT: 'REJECT_CONFLICT',
   PAUSE_FAILED: 'PAUSE_FAILED',
+  /** The form answered, and its answer says no: a failure marker, or a status or redirect `expect` does not accept. */
+  FORM_REJECTED: 'FORM_REJECTED',
+  /** The form answered without the success marker (or the redirect) `expect` requires. */
+  FORM_UNCONFIRMED: 'FORM_UNCONFIRMED',
   OK: 'OK',
 } as const;
 
@@ -183,11 +191,29 @@ export function decideClaimConflict(why: ClaimConflict, leaseExpiresAt?: number)
 const HTTP_OK_MIN = 200;
 const HTTP_OK_MAX = 399;
 
-/** The final outcome of a record whose token was posted: the target's HTTP status decides. */
-export function decideTargetResponse(httpStatus: number): { status: 'submitted' | 'failed'; reason: string } {
-  return httpStatus >= HTTP_OK_MIN && httpStatus <= HTTP_OK_MAX
-    ? { status: 'submitted', reason: REASON.OK }
-    : { status: 'failed', reason: `TARGET_HTTP_${httpStatus}` };
+/** What a posted record ends as; `rule` (only with an `expect` verdict) is the check that decided. */
+export interface TargetOutcome {
+  status: 'submitted' | 'failed';
+  reason: string;
+  rule?: string;
+}
+
+/**
+ * The final outcome of a record whose token was posted: the target's HTTP status decides, and
+ * with an `expect` block (the job's, else the stack's) the form's answer as read by it.
+ */
+export function decideTargetResponse(
+  httpStatus: number,
+  form?: { expect: FormExpectation; answer: FormAnswer },
+): TargetOutcome {
+  if (httpStatus < HTTP_OK_MIN || httpStatus > HTTP_OK_MAX) {
+    return { status: 'failed', reason: `TARGET_HTTP_${httpStatus}` };
+  }
+  if (form) {
+    const verdict = judgeFormAnswer(form.expect, form.answer);
+    if (!verdict.accepted) return { status: 'failed', reason: verdict.reason, rule: verdict.rule };
+  }
+  return { status: 'submitted', reason: REASON.OK };
 }
 
 /** The record's handling itself threw (claim, DLQ or delete call): retry it later, lease kept. */

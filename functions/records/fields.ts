@@ -13,6 +13,8 @@ export const OUTCOME_FIELDS = [
   'solve_ms',
   'created_at',
   'updated_at',
+  /** The `expect` check that failed a record FORM_REJECTED / FORM_UNCONFIRMED, e.g. `body_excludes[0]`; never page text. */
+  'expect_rule',
 ] as const;
 
 /**

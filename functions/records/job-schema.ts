@@ -1,6 +1,7 @@
 import { distance } from 'fastest-levenshtein';
 import * as z from 'zod';
 import type { CaptchaTask, CaptchaType } from '../captchaai/types.js';
+import { FormExpectationSchema } from './form-verdict.js';
 
 /**
  * The job message: one SQS message body per record. This zod schema is the single source;
@@ -169,6 +170,7 @@ export const JobMessageSchema = z
       description:
         'Form field for the token; default g-recaptcha-response (reCAPTCHA) or cf-turnstile-response (Turnstile). Required for image.',
     }),
+    expect: FormExpectationSchema.optional(),
   })
   .superRefine((job, ctx) => {
     const type = job.captcha?.type ?? 'recaptcha_v2';
@@ -243,10 +245,11 @@ function formatPath(path: readonly PropertyKey[]): string {
   return path.map((p) => String(p)).join('.');
 }
 
-/** The field names a job message may carry, at the top level and inside `captcha`. */
+/** The field names a job message may carry, at the top level and inside `captcha` and `expect`. */
 const KNOWN_FIELDS = {
   top: Object.keys(JobMessageSchema.shape),
   captcha: [...new Set(CaptchaSpec.options.flatMap((option) => Object.keys(option.shape)))],
+  expect: Object.keys(FormExpectationSchema.shape),
 };
 
 /** Case, `_` and `-` do not count: `submitUrl`, `Submit-URL` and `submit_url` are one name. */
@@ -273,7 +276,8 @@ function formatIssue(issue: z.core.$ZodIssue): string {
   if (issue.code === 'unrecognized_keys') {
     const where = path ? `${path}.` : '';
     const key = issue.keys[0] ?? '';
-    const meant = likelyField(key, path === 'captcha' ? KNOWN_FIELDS.captcha : KNOWN_FIELDS.top);
+    const known = path === 'captcha' || path === 'expect' ? KNOWN_FIELDS[path] : KNOWN_FIELDS.top;
+    const meant = likelyField(key, known);
     return `${where}${key}: unknown field${meant ? ` (did you mean ${meant}?)` : ''}`;
   }
   return path ? `${path}: ${issue.message}` : issue.message;

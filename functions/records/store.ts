@@ -31,6 +31,8 @@ export interface OutcomeRow {
   status: OutcomeStatus;
   reason?: string;
   target_status?: number;
+  /** The `expect` check that decided a FORM_REJECTED / FORM_UNCONFIRMED outcome, e.g. `body_excludes[0]`. */
+  expect_rule?: string;
   /** in.php submits made for the record, over all its claims. */
   attempts?: number;
   captcha_type?: string;
@@ -58,6 +60,8 @@ export interface FinalOutcome {
   status: 'submitted' | 'failed' | 'cancelled' | 'stopped';
   reason: string;
   targetStatus?: number;
+  /** The `expect` check that decided (FORM_REJECTED / FORM_UNCONFIRMED); never text of the page. */
+  expectRule?: string;
   /** in.php submits made by this claim (added to the row's attempts). */
   attempts?: number;
   solveMs?: number;
@@ -168,7 +172,7 @@ export class OutcomesStore {
             'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
             `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
               claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
-            } REMOVE reason, target_status, solve_ms`,
+            } REMOVE reason, target_status, solve_ms, expect_rule`,
           ExpressionAttributeNames: { '#status': 'status' },
           ExpressionAttributeValues: {
             ':stopped': s('stopped'),
@@ -213,6 +217,10 @@ export class OutcomesStore {
     if (outcome.targetStatus !== undefined) {
       sets.push('target_status = :target');
       values[':target'] = n(outcome.targetStatus);
+    }
+    if (outcome.expectRule !== undefined) {
+      sets.push('expect_rule = :rule');
+      values[':rule'] = s(outcome.expectRule);
     }
     if (outcome.solveMs !== undefined) {
       sets.push('solve_ms = :solve');

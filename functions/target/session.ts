@@ -4,6 +4,7 @@ import { readAtMost } from '../common/bounded-read.js';
 import { TargetError } from '../common/errors.js';
 import { causeChain, failedBeforeSending, socketErrorCode } from '../common/network.js';
 import { type Allowlist, checkTargetUrl, guardedLookup, type Resolver } from './allowlist.js';
+import { AnswerText } from './answer-text.js';
 
 /**
  * One HTTP session with a target form: its own cookie jar, so the page load and the POST
@@ -24,6 +25,12 @@ export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
  * so a longer answer, or one that does not end within the timeout, is cut off and the status kept.
  */
 export const MAX_POST_ANSWER_BYTES = 64 * 1024;
+/**
+ * When the job's `expect` names body markers, this much of the answer is read and searched
+ * (a thank-you or error page is rarely larger; a marker past it is not seen, and a missing
+ * success marker then says so on the row).
+ */
+export const MAX_VERDICT_BYTES = 1024 * 1024;
 
 export interface TargetSessionOptions {
   allowlist: Allowlist;
@@ -47,6 +54,15 @@ export interface PageLoad {
   /** Final URL after redirects. */
   url: string;
   redirects: number;
+}
+
+/** The form's answer to the POST. */
+export interface PostAnswer {
+  status: number;
+  /** With `verdict`: the Location header resolved against the submit URL (the raw header when it is no URL). */
+  location?: string;
+  /** With `verdict.body`: the answer's text, for the job's markers. */
+  body?: AnswerText;
 }
 
 /** An undici agent whose connections only go to addresses the allowlist permits. Create once per module. */
@@ -102,18 +118,21 @@ export class TargetSession {
 
   /**
    * POSTs the fields form-encoded with the session's cookies. Redirects are not followed:
-   * the POST's own status is the outcome (2xx/3xx = submitted). `idempotencyKey` is sent as the
+   * the POST's own status is the outcome (2xx/3xx = submitted, unless the job's `expect` says more). `idempotencyKey` is sent as the
    * `Idempotency-Key` header (IETF httpapi draft: a quoted string), so a target that honours it
    * can tell a repeated POST of the record. A POST whose answer is lost after it may have been
    * sent (reset, timeout) is a TargetError `OUTCOME_UNKNOWN`: the form may have taken it.
+   * `verdict` (the job has an `expect` block): also return the answer's Location, and with
+   * `body` up to MAX_VERDICT_BYTES of its text as an AnswerText (which never serializes).
    */
   async submit(
     submitUrl: string,
     fields: Record<string, string>,
-    o: { idempotencyKey?: string } = {},
-  ): Promise<{ status: number }> {
+    o: { idempotencyKey?: string; verdict?: { body: boolean } } = {},
+  ): Promise<PostAnswer> {
+    const url = new URL(submitUrl);
     const res = await this.exchange(
-      new URL(submitUrl),
+      url,
       {
         method: 'POST',
         body: new URLSearchParams(fields).toString(),
@@ -121,17 +140,23 @@ export class TargetSession {
         ...(o.idempotencyKey === undefined ? {} : { idempotencyKey: o.idempotencyKey }),
       },
       AbortSignal.timeout(this.options.timeoutMs),
-      'answer',
+      o.verdict?.body ? 'verdict' : 'answer',
     );
-    return { status: res.status };
+    const location = res.headers.get('location');
+    if (!o.verdict) return { status: res.status };
+    return {
+      status: res.status,
+      ...(location === null ? {} : { location: resolvedLocation(location, url) }),
+      ...(res.answer ? { body: res.answer } : {}),
+    };
   }
 
   private async exchange(
     url: URL,
     request: { method: 'GET' | 'POST'; body?: string; contentType?: string; idempotencyKey?: string },
     deadline: AbortSignal,
-    body: 'page' | 'answer',
-  ): Promise<{ status: number; headers: Headers }> {
+    body: 'page' | 'answer' | 'verdict',
+  ): Promise<{ status: number; headers: Headers; answer?: AnswerText }> {
     await checkTargetUrl(url, this.options.allowlist, this.options.resolver);
     const headers: Record<string, string> = { accept: 'text/html,*/*;q=0.8' };
     const cookie = await this.jar.getCookieString(url.href);
@@ -159,6 +184,15 @@ export class TargetSession {
         await readAtMost(res.body, MAX_POST_ANSWER_BYTES).catch(() => undefined);
         return reply;
       }
+      if (body === 'verdict') {
+        // The status is in hand, so a body that fails now does not make the outcome unknown:
+        // the markers simply cannot be confirmed (form-verdict.ts reads `readable`).
+        const read = await readAtMost(res.body, MAX_VERDICT_BYTES).catch(() => undefined);
+        return {
+          ...reply,
+          answer: read ? AnswerText.of(read.bytes, read.complete) : AnswerText.unreadable(),
+        };
+      }
       const page = await readAtMost(res.body, MAX_PAGE_BYTES);
       if (!page.complete) {
         throw new TargetError('PAGE_TOO_LARGE', `${url.host} sent a page over ${MAX_PAGE_BYTES} bytes`);
@@ -175,6 +209,15 @@ export class TargetSession {
       }
       throw failure;
     }
+  }
+}
+
+/** A redirect's target as an absolute URL; the header as sent when it is not a URL. */
+function resolvedLocation(location: string, base: URL): string {
+  try {
+    return new URL(location, base).href;
+  } catch {
+    return location;
   }
 }
 

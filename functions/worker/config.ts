@@ -3,6 +3,7 @@ import { DEFAULT_TIMINGS, readTimingsFromEnv, type SolveTimingsOverrides } from 
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
 import { DEFAULTS } from '../common/settings.js';
+import { type FormExpectation, parseFormExpectation } from '../records/form-verdict.js';
 import { type Allowlist, parseAllowlist, parseDnsServers } from '../target/allowlist.js';
 
 /**
@@ -45,6 +46,8 @@ export interface WorkerConfig {
    * real time; 0: one batch per invocation). See ./chain.ts.
    */
   chainMs: number;
+  /** The stack's default `expect` block (FORM_EXPECT, JSON), for jobs without their own. */
+  formExpect?: FormExpectation;
 }
 
 /**
@@ -97,5 +100,6 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
     chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,
+    formExpect: parseFormExpectation(env.FORM_EXPECT, 'FORM_EXPECT'),
   };
 }

@@ -15,6 +15,7 @@ import {
   decideTargetResponse,
   type PriorPhase,
 } from '../records/decisions.js';
+import { needsBody } from '../records/form-verdict.js';
 import {
   captchaTaskOf,
   captchaTypeOf,
@@ -326,10 +327,16 @@ async function postAndFinish(
   const posting = await timing.time('finish_ms', () => store.markPosting(job.record_key, owner));
   if (!posting.written) return finished(false, 'in_progress', deps, log);
   const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
+  // The form's verdict: the job's `expect`, else the stack's (functions/records/form-verdict.ts).
+  const expect = job.expect ?? deps.config.formExpect;
   const posted = await timing.time('target_ms', () =>
-    session.submit(job.submit_url, fields, { idempotencyKey: job.record_key }),
+    session.submit(job.submit_url, fields, {
+      idempotencyKey: job.record_key,
+      ...(expect ? { verdict: { body: needsBody(expect) } } : {}),
+    }),
   );
-  const { status, reason } = decideTargetResponse(posted.status);
+  const { status, reason, rule } = decideTargetResponse(posted.status, expect && { expect, answer: posted });
+  const verdict = rule === undefined ? {} : { reason, expectRule: rule };
   let written: WriteResult;
   try {
     written = await timing.time('finish_ms', () =>
@@ -339,6 +346,7 @@ async function postAndFinish(
         targetStatus: posted.status,
         attempts,
         solveMs: solved.solveMs,
+        ...(rule === undefined ? {} : { expectRule: rule }),
       }),
     );
   } catch (err) {
@@ -350,6 +358,7 @@ async function postAndFinish(
     return applyDecision(decideFinalWriteLost(w.claim.leaseExpiresAt), effects);
   }
   return finished(written.written, status, deps, log, {
+    ...verdict,
     targetStatus: posted.status,
     polls: solved.polls,
     ...timing.fields(),

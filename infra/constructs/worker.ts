@@ -68,6 +68,7 @@ export class Worker extends Construct {
       CAPTCHAAI_POLL_SCHEDULE: config.pollSchedule,
       CAPTCHAAI_POLL_MEAN_BUDGET: String(config.pollMeanBudget),
       ...(props.solveTimes ? { SOLVE_TIMES_TABLE: props.solveTimes.table.tableName } : {}),
+      ...(config.expect ? { FORM_EXPECT: JSON.stringify(config.expect) } : {}),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,

@@ -110,8 +110,37 @@ export function generatedRecords(
 }
 
 /**
- * The default sample: good records of every kind (or of the types of `mix`) plus a few bad
- * ones that must get clear reasons.
+ * Records with an `expect` block against the target stand-in's forms that say no with a 200
+ * (local/standins/target.ts `/form-200/…`): a thank-you page (submitted), the same form refusing
+ * a token solved for another sitekey (failed FORM_REJECTED, `body_excludes[0]`), a redirect to
+ * /thanks (submitted).
+ */
+export function expectRecords(targetUrl: string, sitekey: string, prefix: string): string[] {
+  const form = (shape: string, key: string) => `${targetUrl}/form-200/${shape}/${key}`;
+  const page = { body_includes: ['thank you'], body_excludes: ['verification failed'] };
+  return [
+    { key: `${prefix}-expect-page`, shape: 'page', sitekey, expect: page },
+    { key: `${prefix}-expect-refused`, shape: 'page', sitekey: `${sitekey}-other`, expect: page },
+    {
+      key: `${prefix}-expect-redirect`,
+      shape: 'redirect',
+      sitekey,
+      expect: { status: [303], location: '/thanks' },
+    },
+  ].map((r) =>
+    JSON.stringify({
+      record_key: r.key,
+      sitekey: r.sitekey,
+      pageurl: form(r.shape, r.key),
+      submit_url: form(r.shape, r.key),
+      expect: r.expect,
+    }),
+  );
+}
+
+/**
+ * The default sample: good records of every kind (or of the types of `mix`), three with an
+ * `expect` block (one of which the form refuses), plus a few bad ones that must get clear reasons.
  */
 export function sampleRecords(
   targetUrl: string,
@@ -120,7 +149,9 @@ export function sampleRecords(
   good = 37,
   mix?: RecordMix,
 ): string[] {
-  const records = generatedRecords(targetUrl, sitekey, good, prefix, mix);
+  const judged = expectRecords(targetUrl, sitekey, prefix);
+  const records = generatedRecords(targetUrl, sitekey, Math.max(0, good - judged.length), prefix, mix);
+  records.splice(Math.min(10, records.length), 0, ...judged);
   const bad = [
     // Not JSON: no record key to file it under, so it goes to the DLQ with its reason.
     '{"record_key": "broken',

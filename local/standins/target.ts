@@ -24,6 +24,13 @@ import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js
  *   /hostile-page/<kind>/…  the page is a broken peer's (local/standins/hostile-reply.ts: huge, endless,
  *                           hang-after-headers), with the session cookie
  *   /hostile-post/<kind>/…  the page loads; the POST is verified as usual, then answered that way
+ *   /form-200/<shape>/…     a form that says no with a 200, as real ones do (FORM_SHAPES): a refused
+ *                           POST (no session, no token, a token the verifier refuses) gets the form
+ *                           page back with an error text and 200 (`redirect`: 303 to /error; `json`:
+ *                           200 {"ok":false,…}); an accepted one gets a thank-you page (`page`), the
+ *                           bare form again without any message (`silent`), a 303 to /thanks
+ *                           (`redirect`) or 200 {"ok":true,…} (`json`). Every such answer carries
+ *                           FORM_PAGE_SENTINEL, so a test can search logs and rows for page text.
  *
  * A lost answer, drawn at run time (`faults.dropAfterPost`, a FaultSchedule: every Nth POST or
  * a seeded rate, optionally for some record keys): the POST is verified and counted as usual
@@ -109,6 +116,19 @@ export interface TargetStandin {
 }
 
 export const DEFAULT_STANDIN_SITEKEY = 'threadgate-standin-sitekey';
+
+/** How a `/form-200/<shape>/…` form answers (see the header comment). */
+export const FORM_SHAPES = ['page', 'silent', 'redirect', 'json'] as const;
+export type FormShape = (typeof FORM_SHAPES)[number];
+/** In every answer of a `/form-200/…` POST: text of the page that must never reach a row or a log. */
+export const FORM_PAGE_SENTINEL = 'standin-form-page-7f3a';
+/** The texts a `/form-200/…` form answers with; markers for `expect` in tests and samples. */
+export const FORM_PAGE_TEXTS = {
+  refused: 'CAPTCHA verification failed, please try again.',
+  thanks: 'Thank you! Your submission was received.',
+  jsonRefused: '{"ok":false,"error":"captcha_failed"}',
+  jsonAccepted: '{"ok":true,"id":"standin-1"}',
+} as const;
 const SESSION_COOKIE = 'tg_session';
 const MAX_POST_BYTES = 1024 * 1024;
 
@@ -210,7 +230,8 @@ class TargetSite {
     if (control === (isPost ? 'fail-post' : 'fail-page')) return this.forcedFailure(url, arg, isPost, res);
     const hostile = control === (isPost ? 'hostile-post' : 'hostile-page') ? hostileKind(arg) : undefined;
     if (req.method === 'GET') return this.page(url, req, res, hostile);
-    if (isPost) return this.post(url, req, res, hostile);
+    const shape = control === 'form-200' ? formShape(arg) : undefined;
+    if (isPost) return this.post(url, req, res, hostile, shape);
     res.writeHead(405).end();
   }
 
@@ -241,8 +262,20 @@ class TargetSite {
     return true;
   }
 
-  private reject(res: ServerResponse, status: number, reason: string, event?: TargetEvent): void {
+  private reject(
+    res: ServerResponse,
+    status: number,
+    reason: string,
+    event?: TargetEvent,
+    shape?: FormShape,
+  ): void {
     this.stats.rejections[reason] = (this.stats.rejections[reason] ?? 0) + 1;
+    if (shape) {
+      const answer = formAnswer(shape, 'refused', event?.record ?? '');
+      if (event) this.events.push({ ...event, status: answer.status, reason });
+      res.writeHead(answer.status, answer.headers).end(answer.body);
+      return;
+    }
     if (event) this.events.push({ ...event, status, reason });
     res.writeHead(status, { 'content-type': 'text/plain' }).end(`rejected: ${reason}\n`);
   }
@@ -292,6 +325,7 @@ class TargetSite {
     req: IncomingMessage,
     res: ServerResponse,
     hostile: HostileKind | undefined,
+    shape?: FormShape,
   ): Promise<void> {
     this.stats.posts++;
     const form = new URLSearchParams(await readBody(req));
@@ -304,13 +338,13 @@ class TargetSite {
     };
     const session = readCookie(req, SESSION_COOKIE);
     const pageurl = session ? this.sessions.get(session) : undefined;
-    if (!pageurl) return this.reject(res, 403, 'NO_SESSION', event);
+    if (!pageurl) return this.reject(res, 403, 'NO_SESSION', event, shape);
     const field = this.tokenFields.find((f) => form.has(f));
     const token = field ? form.get(field) : undefined;
-    if (!token) return this.reject(res, 403, 'MISSING_TOKEN', event);
+    if (!token) return this.reject(res, 403, 'MISSING_TOKEN', event, shape);
     this.tokens.push(token);
     const refusal = await this.verify(token, pageurl);
-    if (refusal) return this.reject(res, refusal.status, refusal.reason, event);
+    if (refusal) return this.reject(res, refusal.status, refusal.reason, event, shape);
     const record = form.get('record') ?? url.pathname;
     this.stats.accepted[record] = (this.stats.accepted[record] ?? 0) + 1;
     this.stats.acceptedTotal++;
@@ -319,6 +353,12 @@ class TargetSite {
       this.stats.droppedAfterPost++;
       this.events.push({ ...event, reason: 'DROPPED_AFTER_POST' });
       req.socket.destroy();
+      return;
+    }
+    if (shape) {
+      const answer = formAnswer(shape, 'accepted', event.record);
+      this.events.push({ ...event, status: answer.status });
+      res.writeHead(answer.status, answer.headers).end(answer.body);
       return;
     }
     this.events.push({ ...event, status: 200 });
@@ -345,6 +385,50 @@ class TargetSite {
     }
     return verdict.success === true ? undefined : { status: 403, reason: verdict.error ?? 'TOKEN_REJECTED' };
   }
+}
+
+function formShape(arg: string): FormShape {
+  if (!(FORM_SHAPES as readonly string[]).includes(arg))
+    throw new RangeError(`unknown form shape "${arg}" (one of ${FORM_SHAPES.join(', ')})`);
+  return arg as FormShape;
+}
+
+/**
+ * A `/form-200/<shape>/…` form's answer to a refused or accepted POST: what real forms send.
+ * The page names the record (as a real confirmation would name the person) and carries the sentinel.
+ */
+function formAnswer(
+  shape: FormShape,
+  verdict: 'refused' | 'accepted',
+  record: string,
+): { status: number; headers: Record<string, string>; body: string } {
+  const html = (inner: string) => ({
+    status: 200,
+    headers: { 'content-type': 'text/html; charset=utf-8' },
+    body:
+      `<!doctype html><html><body><!-- ${FORM_PAGE_SENTINEL} -->` +
+      `<form method="post"><input name="record" value="${escapeHtml(record)}"><button>Submit</button></form>${inner}</body></html>\n`,
+  });
+  if (shape === 'redirect') {
+    return {
+      status: 303,
+      headers: { location: verdict === 'accepted' ? '/thanks' : '/error', 'content-type': 'text/plain' },
+      body: `${FORM_PAGE_SENTINEL} see other\n`,
+    };
+  }
+  if (shape === 'json') {
+    const text = verdict === 'accepted' ? FORM_PAGE_TEXTS.jsonAccepted : FORM_PAGE_TEXTS.jsonRefused;
+    return {
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: `${text.slice(0, -1)},"trace":"${FORM_PAGE_SENTINEL}"}`,
+    };
+  }
+  if (verdict === 'refused') return html(`<p class="error">${FORM_PAGE_TEXTS.refused}</p>`);
+  // `silent`: the form comes back bare, as some forms do after a submission they ignored.
+  return shape === 'page'
+    ? html(`<h1>${FORM_PAGE_TEXTS.thanks}</h1><p>Record ${escapeHtml(record)}.</p>`)
+    : html('');
 }
 
 /** /redirect/<n>/… (302 to /redirect/<n-1>/…, at 0 to /…) and /redirect-to/<encoded URL>. */

@@ -60,6 +60,20 @@ class Validate(unittest.TestCase):
     def test_a_trailing_newline_does_not_pass_a_pattern(self):
         self.assertEqual(tg.validate({**GOOD, "record_key": "k\n"}), ["record_key: must match ^[\\x21-\\x7e]+$"])
 
+    def test_knows_the_expect_block(self):
+        good = {"status": [303, "2xx", "200-204"], "body_includes": ["Thank you"],
+                "body_excludes": ["verification failed"], "location": "/thanks"}
+        self.assertEqual(tg.validate({**GOOD, "expect": good}), [])
+        self.assertEqual(tg.validate({**GOOD, "expect": {}}), [])
+        self.assertEqual(tg.validate({**GOOD, "expect": {"status": [500]}}), ["expect.status.0: must be <= 399"])
+        self.assertEqual(tg.validate({**GOOD, "expect": {"status": ["5xx"]}}),
+                         ["expect.status.0: must match ^(?:[23]xx|[23]\\d\\d(?:-[23]\\d\\d)?)$"])
+        self.assertEqual(tg.validate({**GOOD, "expect": {"body_excludes": []}}),
+                         ["expect.body_excludes: must have at least 1 item"])
+        self.assertEqual(tg.validate({**GOOD, "expect": {"body_includes": ["x" * 201]}}),
+                         ["expect.body_includes.0: must be at most 200 characters"])
+        self.assertEqual(tg.validate({**GOOD, "expect": {"body_regex": "a.*b"}}), ["expect.body_regex: is not allowed"])
+
     def test_refuses_booleans_as_numbers(self):
         self.assertEqual(tg.validate({**GOOD, "captcha": {"type": "recaptcha_v3", "min_score": True}}),
                          ["captcha.min_score: must be a number"])
@@ -107,6 +121,19 @@ class WaitRules(unittest.TestCase):
         self.assertEqual(tally(rows(submitted=1, failed=1, stopped=1), 3)[2], ("done", tg.EXIT_STOP))
         self.assertEqual(tally(rows(submitted=1, failed=1, cancelled=1), 3)[2], ("done", tg.EXIT_CANCELLED))
         self.assertEqual(tally(rows(cancelled=1, stopped=1), 2)[2], ("done", tg.EXIT_STOP))
+
+    def test_a_form_refusal_is_a_failure_counted_apart(self):
+        refused = [{"record_key": "a", "status": "failed", "reason": "FORM_REJECTED", "expect_rule": "body_excludes[0]"},
+                   {"record_key": "b", "status": "failed", "reason": "FORM_UNCONFIRMED", "expect_rule": "body_includes[0]"},
+                   {"record_key": "c", "status": "failed", "reason": "POLL_TIMEOUT"},
+                   {"record_key": "d", "status": "submitted", "reason": "OK"}]
+        self.assertEqual(tally(refused, 4)[2], ("done", tg.EXIT_BAD_TASK))
+        self.assertEqual(tg.form_refusals(refused), {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1})
+        items = [{k: {"S": v} for k, v in r.items()} for r in refused]
+        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items}})()
+        result = tg.wait("t", "b", expect=4, dynamodb=dynamodb, sleep=lambda s: None)
+        self.assertEqual((result.exit_code, result.form_refused), (2, {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1}))
+        self.assertIn("the form said no: FORM_REJECTED 1, FORM_UNCONFIRMED 1", result.message)
 
     def test_not_done_while_short_or_a_row_is_in_progress(self):
         self.assertIsNone(tally(rows(submitted=2), 3)[2])

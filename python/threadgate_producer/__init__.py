@@ -13,10 +13,12 @@ from .outcomes import (
     EXIT_OK,
     EXIT_STOP,
     EXIT_TRANSIENT,
+    FORM_REFUSALS,
     WaitResult,
     batch_outcomes,
     cancel,
     cancelled,
+    form_refusals,
     key_outcomes,
     stack_outputs,
     wait,
@@ -28,7 +30,8 @@ from .send import Refusal, SendResult, send
 __version__ = "0.1.0"
 
 __all__ = [
-    "EXIT_BAD_TASK", "EXIT_CANCELLED", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "Refusal", "SCHEMA", "SendResult",
-    "WaitResult", "batch_outcomes", "cancel", "cancelled", "key_outcomes", "send", "stack_outputs", "validate", "wait",
+    "EXIT_BAD_TASK", "EXIT_CANCELLED", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "FORM_REFUSALS", "Refusal",
+    "SCHEMA", "SendResult", "WaitResult", "batch_outcomes", "cancel", "cancelled", "form_refusals", "key_outcomes",
+    "send", "stack_outputs", "validate", "wait",
     "__version__",
 ]

@@ -15,6 +15,9 @@ EXIT_OK, EXIT_BAD_TASK, EXIT_STOP, EXIT_TRANSIENT = 0, 2, 3, 4
 EXIT_CANCELLED = 5
 #: The outcomes-table key of a batch's cancel (functions/records/cancellations.ts): never a record key.
 CANCEL_KEY_PREFIX = "cancelled batch "
+#: Reasons of `failed` rows the form itself refused by the job's `expect` block; the row's
+#: `expect_rule` names the check (e.g. "body_excludes[0]"). They count as failed (exit 2).
+FORM_REFUSALS = ("FORM_REJECTED", "FORM_UNCONFIRMED")
 
 
 def _client(name, client):
@@ -102,6 +105,17 @@ class WaitResult:
     rows: List[dict] = field(default_factory=list, repr=False)
     #: The batch's cancel when it was cancelled (see cancel()).
     cancel: Optional[dict] = None
+    #: Of the failed rows, those the form refused (FORM_REJECTED, FORM_UNCONFIRMED), by reason.
+    form_refused: Dict[str, int] = field(default_factory=dict)
+
+
+def form_refusals(rows) -> Dict[str, int]:
+    """Counts by reason of the rows the form itself refused (`failed` FORM_REJECTED / FORM_UNCONFIRMED)."""
+    counts: Dict[str, int] = {}
+    for row in rows:
+        if row.get("status") == "failed" and row.get("reason") in FORM_REFUSALS:
+            counts[row["reason"]] = counts.get(row["reason"], 0) + 1
+    return counts
 
 
 def tally(rows, expected):
@@ -186,7 +200,8 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     As `threadgate wait` decides: more rows under the batch than `expect` end it at once
     ("too_many", exit 2); it is done when `expect` records ended (submitted, failed, rejected,
     cancelled or stopped) and none is in progress, with exit code 3 if one was stopped (the pipeline
-    paused on a stop-class error), 5 if one was cancelled, 2 if one failed or was rejected, else 0;
+    paused on a stop-class error), 5 if one was cancelled, 2 if one failed (the form's own refusals
+    FORM_REJECTED and FORM_UNCONFIRMED included: `form_refused` counts them) or was rejected, else 0;
     4 on timeout. A cancelled batch (cancel()) ends the wait with 5 ("cancelled") once none of its
     records is in progress: its messages still queued end `cancelled` without a task. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
@@ -202,15 +217,19 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
         counts, ended, verdict = tally(rows, expect)
         cancel = cancelled(table_name, batch_id, dynamodb=dynamodb)
 
+        refused = form_refusals(rows)
+
         def result(end, exit_code, message):
-            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows, cancel)
+            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows, cancel, refused)
 
         if verdict == ("too_many", EXIT_BAD_TASK):
             return result("too_many", EXIT_BAD_TASK,
                           f"batch {batch_id}: {len(rows)} records carry this batch_id, more than the {expect} "
                           "expected: the batch_id was used before, or the expected count misses a part")
         if verdict is not None:
-            return result("done", verdict[1], f"batch {batch_id}: all {expect} records ended")
+            said_no = ", ".join(f"{r} {refused[r]}" for r in FORM_REFUSALS if refused.get(r))
+            tail = f"; the form said no: {said_no} (each row's expect_rule names the check)" if said_no else ""
+            return result("done", verdict[1], f"batch {batch_id}: all {expect} records ended{tail}")
         if cancel and counts.get("in_progress", 0) == 0:
             return result("cancelled", EXIT_CANCELLED,
                           f"batch {batch_id}: the batch was cancelled at {cancel['cancelled_at']}; {ended} of "

@@ -1,9 +1,9 @@
 """Validation of job records against the job schema this package ships (job.schema.json, the
 copy of the repository's schema/job.schema.json that a test keeps identical).
 
-Why a small validator and not the `jsonschema` package: the shipped schema uses a dozen
-keywords (type, properties, required, additionalProperties, propertyNames, const, oneOf,
-minLength, maxLength, pattern, minimum, maximum, format), which this module checks in about a
+Why a small validator and not the `jsonschema` package: the shipped schema uses a few dozen
+keywords (type, properties, required, additionalProperties, propertyNames, const, oneOf, anyOf,
+items, minItems, maxItems, minLength, maxLength, pattern, minimum, maximum, format), which this module checks in about a
 hundred lines, while `jsonschema` would add four packages, one of them compiled (rpds-py), to
 every Spark executor and Ray worker that sends records. A keyword the validator does not know
 raises at import, so a schema change it cannot follow fails the package's tests, not a job.
@@ -19,7 +19,8 @@ SCHEMA = json.loads(resources.files(__package__).joinpath("job.schema.json").rea
 
 _CHECKED = {
     "type", "properties", "required", "additionalProperties", "propertyNames", "const", "oneOf",
-    "minLength", "maxLength", "pattern", "minimum", "maximum", "format",
+    "anyOf", "items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "minimum",
+    "maximum", "format",
 }
 _ANNOTATIONS = {"$schema", "title", "description", "contentEncoding"}
 _TYPES = {
@@ -34,9 +35,9 @@ def _keywords(schema):
         if key == "properties":
             for sub in value.values():
                 yield from _keywords(sub)
-        elif key in ("additionalProperties", "propertyNames") and isinstance(value, dict):
+        elif key in ("additionalProperties", "propertyNames", "items") and isinstance(value, dict):
             yield from _keywords(value)
-        elif key == "oneOf":
+        elif key in ("oneOf", "anyOf"):
             for sub in value:
                 yield from _keywords(sub)
 
@@ -78,6 +79,13 @@ def _errors(value, schema, path):
         return [f"{where}: must be {json.dumps(schema['const'])}"]
     if "oneOf" in schema:
         return _one_of(value, schema["oneOf"], where, path)
+    if "anyOf" in schema:
+        results = [_errors(value, option, path) for option in schema["anyOf"]]
+        if any(not r for r in results):
+            return []
+        # The reasons of the form of the value's own type (a string status: its pattern), if any.
+        typed = [r for o, r in zip(schema["anyOf"], results) if "type" in o and _is_type(value, o["type"])]
+        return (typed or results)[0]
     out = []
     if isinstance(value, str):
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -96,6 +104,14 @@ def _errors(value, schema, path):
             out.append(f"{where}: must be >= {schema['minimum']}")
         if "maximum" in schema and value > schema["maximum"]:
             out.append(f"{where}: must be <= {schema['maximum']}")
+    if isinstance(value, list):
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            out.append(f"{where}: must have at least {schema['minItems']} item{'s' if schema['minItems'] > 1 else ''}")
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            out.append(f"{where}: must have at most {schema['maxItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                out.extend(_errors(item, schema["items"], f"{where}.{i}"))
     if isinstance(value, dict):
         out.extend(_object_errors(value, schema, path))
     return out

@@ -125,7 +125,7 @@ describe('threadgate outcomes', () => {
     expect(lines[0]).toBe(OUTCOME_COLUMNS.join(','));
     expect(lines).toHaveLength(1 + 26);
     expect(lines).toContain(
-      `rec-007,,rejected,"target answered ""422"", form invalid",200,1,recaptcha_v2,21007,${iso(7)},${iso(7)},,`,
+      `rec-007,,rejected,"target answered ""422"", form invalid",200,1,recaptcha_v2,21007,${iso(7)},${iso(7)},,,`,
     );
   });
 
@@ -212,6 +212,34 @@ describe('threadgate outcomes', () => {
     expect(run.code).toBe(2);
     expect(run.stderr).toContain(
       '--status must be one of in_progress, submitted, failed, rejected, cancelled, stopped',
+    );
+  });
+
+  // Last: its rows are not part of the 130 the tests above count.
+  it("exports a form's refusals with their expect_rule and says how many the form refused", async () => {
+    // Prepare
+    const documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
+    const refusals = [
+      { record_key: 'form-0', status: 'failed', reason: 'FORM_REJECTED', expect_rule: 'body_excludes[0]' },
+      { record_key: 'form-1', status: 'failed', reason: 'FORM_UNCONFIRMED', expect_rule: 'body_includes[0]' },
+    ].map((r) => ({ ...r, target_status: 200, attempts: 1, created_at: iso(0), updated_at: iso(0) }));
+    await documents.send(
+      new BatchWriteCommand({
+        RequestItems: { [stack.outputs.TableName!]: refusals.map((Item) => ({ PutRequest: { Item } })) },
+      }),
+    );
+    const file = join(mkdtempSync(join(tmpdir(), 'tg-keys-')), 'keys.txt');
+    writeFileSync(file, 'form-0\nform-1\n');
+    // Act
+    const run = await runCli(['outcomes', '--keys', file, '--json'], { env: cliEnv(stack.moto) });
+    // Assess
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject([
+      { record_key: 'form-0', reason: 'FORM_REJECTED', expect_rule: 'body_excludes[0]' },
+      { record_key: 'form-1', reason: 'FORM_UNCONFIRMED', expect_rule: 'body_includes[0]' },
+    ]);
+    expect(run.stderr).toContain(
+      'FORM_REJECTED 1, FORM_UNCONFIRMED 1 of them: the form answered and said no',
     );
   });
 });

@@ -125,6 +125,41 @@ describe('threadgate wait', () => {
     expect(run.stdout).toContain('submitted 2, failed 1, rejected 1');
   });
 
+  it('exits 2 when the form said no (FORM_REJECTED, FORM_UNCONFIRMED), counting those apart', async () => {
+    // Prepare: rows as the worker leaves a form's refusal, the check that decided in expect_rule.
+    const rows = [
+      { reason: 'OK', status: 'submitted' },
+      { reason: 'FORM_REJECTED', status: 'failed', expect_rule: 'body_excludes[0]' },
+      { reason: 'FORM_REJECTED', status: 'failed', expect_rule: 'status 200 not in [302]' },
+      { reason: 'FORM_UNCONFIRMED', status: 'failed', expect_rule: 'body_includes[0]' },
+    ].map((r, i) => ({
+      record_key: `form-no-${i}`,
+      batch_id: 'form-no',
+      attempts: 1,
+      created_at: now,
+      updated_at: now,
+      ...r,
+    }));
+    await documents.send(
+      new BatchWriteCommand({
+        RequestItems: { [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item } })) },
+      }),
+    );
+    // Act
+    const run = await wait(['--batch', 'form-no', '--expect', '4']);
+    const json = await wait(['--batch', 'form-no', '--expect', '4', '--json']);
+    // Assess
+    expect(run.code).toBe(2);
+    expect(run.stdout).toContain(
+      'some records did not submit (the form said no: FORM_REJECTED 2, FORM_UNCONFIRMED 1;',
+    );
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      exit_code: 2,
+      counts: { submitted: 1, failed: 3 },
+      form_refused: { FORM_REJECTED: 2, FORM_UNCONFIRMED: 1 },
+    });
+  });
+
   it('exits 3 and says why while the pipeline is paused with records pending', async () => {
     // Prepare: 2 of 5 ended, and the pipeline paused on a revoked key
     await putRows('paused', ['submitted', 'stopped', 'in_progress']);

@@ -14,7 +14,11 @@ import { createWorkerDeps } from '../../../functions/worker.js';
 import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
 import { DnsStandin } from '../../../local/standins/dns.js';
-import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
+import {
+  FORM_PAGE_SENTINEL,
+  startTargetStandin,
+  type TargetStandin,
+} from '../../../local/standins/target.js';
 import {
   type AwsClients,
   clientsFor,
@@ -623,6 +627,44 @@ describe('worker against moto and the stand-ins', () => {
     expect(byKey.size).toBe(cases.filter((c) => c.expect.kind === 'rejected').length);
     expect(captcha.stats().submits - submitsBefore).toBe(0);
     expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+  });
+
+  it("applies the stack's default expect (FORM_EXPECT) to jobs without one: a refused 200 ends FORM_REJECTED, posted once and never retried; expect {} on a job opts out", async () => {
+    // Prepare: a form that answers a refused token with its page, an error text and 200.
+    const s = await setup({ FORM_EXPECT: JSON.stringify({ body_excludes: ['verification failed'] }) });
+    const [refused, optOut, accepted] = [newKey('dflt-no'), newKey('dflt-out'), newKey('dflt-ok')];
+    const form = (key: string) => `${target.url}/form-200/page/${key}`;
+    const job = (key: string, extra: Record<string, unknown>) =>
+      flatJob(key, { pageurl: form(key), submit_url: form(key), form: { record: key }, ...extra });
+    const other = { sitekey: `${target.sitekey}-other` };
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      job(refused, other),
+      job(optOut, { ...other, expect: {} }),
+      job(accepted, {}),
+    ]);
+    const before = target.stats().posts;
+    // Act
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 3));
+    // Assess: final rows, no retry; one POST each.
+    expect(out.batchItemFailures).toEqual([]);
+    expect(await s.store.get(refused)).toMatchObject({
+      status: 'failed',
+      reason: 'FORM_REJECTED',
+      expect_rule: 'body_excludes[0]',
+      target_status: 200,
+    });
+    expect(await s.store.get(optOut)).toMatchObject({
+      status: 'submitted',
+      reason: 'OK',
+      target_status: 200,
+    });
+    expect((await s.store.get(optOut))?.expect_rule).toBeUndefined();
+    expect(await s.store.get(accepted)).toMatchObject({ status: 'submitted', reason: 'OK' });
+    expect(target.stats().posts - before).toBe(3);
+    expect(target.stats().rejections.SITEKEY_MISMATCH).toBeGreaterThanOrEqual(2);
+    // The outcome log line names the rule; no text of the form's page reaches a log line.
+    expect(logs.text()).toContain('"expectRule":"body_excludes[0]"');
+    expect(logs.text()).not.toContain(FORM_PAGE_SENTINEL);
   });
 
   it('fails a record with the target status when the form POST answers 500', async () => {

@@ -46,6 +46,21 @@ describe('docs/producers.md', () => {
     expect(lines.length).toBeGreaterThanOrEqual(2);
     for (const line of lines) expect(validateJobMessage(line)).toMatchObject({ ok: true });
   });
+
+  it('has a job line with an expect block for a 200 page, a redirect and a JSON API, each valid', () => {
+    const doc = read('docs/producers.md');
+    const section = doc.slice(doc.indexOf('### Did the form accept it? (`expect`)'));
+    const block = /```json\n([\s\S]*?)```/.exec(section)?.[1] ?? '';
+    const jobs = block
+      .trim()
+      .split('\n')
+      .map((line) => validateJobMessage(line));
+    expect(jobs.map((j) => (j.ok ? Object.keys(j.job.expect ?? {}).sort() : j.reason))).toEqual([
+      ['body_excludes', 'body_includes', 'status'],
+      ['location', 'status'],
+      ['body_excludes', 'body_includes', 'status'],
+    ]);
+  });
 });
 
 describe('README and docs/', () => {

@@ -298,6 +298,16 @@ describe('ThreadgateStack with default settings', () => {
     });
   });
 
+  it('gives the worker the stack default expect block as FORM_EXPECT, from context JSON or a prop object', () => {
+    const block = { body_excludes: ['verification failed'], location: '/thanks' };
+    for (const expect_ of [JSON.stringify(block), block]) {
+      const { template: t } = synth({ expect: expect_ });
+      const [, fn] = onlyResource(t, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
+      const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(JSON.parse(String(env.FORM_EXPECT))).toEqual(block);
+    }
+  });
+
   it('sets every environment variable of the contract on the worker', () => {
     const [, fn] = onlyResource(template, 'AWS::Lambda::Function', { FunctionName: 'Threadgate-worker' });
     const env = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
@@ -775,6 +785,8 @@ describe('settings validation at synth time', () => {
     ['pollSchedule', { pollSchedule: 'fast' }, /^pollSchedule: must be "learned" or "static"/],
     ['pollMeanBudget', { pollMeanBudget: 0 }, /^pollMeanBudget: must be >= 1/],
     ['workerMemoryMb', { workerMemoryMb: 64 }, /^workerMemoryMb: must be >= 128/],
+    ['expect', { expect: '{"status":[500]}' }, /^expect: status\.0: must be between 200 and 399/],
+    ['expect', { expect: 'body_excludes=failed' }, /^expect: must be a JSON object/],
   ])('rejects a bad %s with an error naming it', (setting, settings, message) => {
     // Act
     const attempt = () =>

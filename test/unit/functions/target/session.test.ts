@@ -168,4 +168,40 @@ describe('target session: the form POST', () => {
     await f.close();
     expect(await failureCode(session().submit(url, { a: '1' }))).toBe('TARGET_UNREACHABLE');
   });
+
+  it('with a verdict asked for, returns the resolved Location and the answer text (which never serializes)', async () => {
+    const f = await form((req, res) =>
+      req.url === '/submit'
+        ? res.writeHead(303, { location: '/thanks?n=1' }).end('Thank you, Lovelace')
+        : res.writeHead(200).end(),
+    );
+    try {
+      const plain = await session().submit(f.url, { a: '1' });
+      expect(plain).toEqual({ status: 303 });
+      const judged = await session().submit(f.url, { a: '1' }, { verdict: { body: true } });
+      expect(judged.status).toBe(303);
+      expect(judged.location).toBe(f.url.replace('/submit', '/thanks?n=1'));
+      expect(judged.body?.contains('thank you')).toBe(true);
+      expect(JSON.stringify(judged).toLowerCase()).not.toContain('lovelace');
+      const noBody = await session().submit(f.url, { a: '1' }, { verdict: { body: false } });
+      expect(noBody.body).toBeUndefined();
+    } finally {
+      await f.close();
+    }
+  });
+
+  it('an answer whose body breaks off after the status is unreadable, not OUTCOME_UNKNOWN: the status is in hand', async () => {
+    const f = await form((_req, res) => {
+      res.writeHead(200, { 'content-length': '1000' });
+      res.write('half a page');
+      setTimeout(() => res.socket?.destroy(), 20);
+    });
+    try {
+      const judged = await session().submit(f.url, { a: '1' }, { verdict: { body: true } });
+      expect(judged.status).toBe(200);
+      expect(judged.body?.readable).toBe(false);
+    } finally {
+      await f.close();
+    }
+  });
 });

@@ -80,6 +80,14 @@ describe('worker config', () => {
     );
   });
 
+  it("reads FORM_EXPECT as the stack's default expect block: none when unset, refused by name when bad", () => {
+    expect(readWorkerConfig(env).formExpect).toBeUndefined();
+    expect(readWorkerConfig({ ...env, FORM_EXPECT: '{"body_excludes":["failed"]}' }).formExpect).toEqual({
+      body_excludes: ['failed'],
+    });
+    expect(() => readWorkerConfig({ ...env, FORM_EXPECT: '{"body_regex":"x"}' })).toThrow(/^FORM_EXPECT: /);
+  });
+
   it('reads CHAIN_SECONDS as the chain window in ms: none when unset, refused below 0 or above 900', () => {
     expect(readWorkerConfig(env).chainMs).toBe(0);
     expect(readWorkerConfig({ ...env, CHAIN_SECONDS: '1.2' }).chainMs).toBe(1200);

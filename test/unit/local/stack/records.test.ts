@@ -47,6 +47,15 @@ describe('local stack records', () => {
     expect(expectedOutcomes(bodies).keys.size).toBe(39);
   });
 
+  it('includes three valid records with an expect block, one of them for another sitekey (the form refuses it)', () => {
+    const bodies = sampleRecords(TARGET, 'site-key', 'smp');
+    const judged = bodies.filter((b) => b.includes('"expect"'));
+    expect(judged).toHaveLength(3);
+    expect(judged.every((b) => validateJobMessage(b).ok)).toBe(true);
+    expect(judged.filter((b) => b.includes('site-key-other'))).toHaveLength(1);
+    expect(judged.every((b) => b.includes(`${TARGET}/form-200/`))).toBe(true);
+  });
+
   it('reads a records file verbatim, skipping only blank lines', () => {
     // Prepare
     const dir = mkdtempSync(join(tmpdir(), 'threadgate-records-'));

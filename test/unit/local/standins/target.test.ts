@@ -1,6 +1,11 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CaptchaStandin } from '../../../../local/standins/captchaai/standin.js';
-import { startTargetStandin, type TargetStandin } from '../../../../local/standins/target.js';
+import {
+  FORM_PAGE_SENTINEL,
+  FORM_PAGE_TEXTS,
+  startTargetStandin,
+  type TargetStandin,
+} from '../../../../local/standins/target.js';
 import { startFastCaptchaStandin, testClient } from '../../../fixtures/solve.js';
 
 let captcha: CaptchaStandin;
@@ -65,6 +70,57 @@ describe('target stand-in', () => {
     const stats = target.stats();
     expect(stats.accepted).toEqual({ 'rec-3': 1 });
     expect(stats.rejections).toEqual({ TOKEN_USED: 1 });
+  });
+
+  it.each([
+    ['page', 200, FORM_PAGE_TEXTS.thanks, 200, FORM_PAGE_TEXTS.refused],
+    ['silent', 200, '<form', 200, FORM_PAGE_TEXTS.refused],
+    ['json', 200, FORM_PAGE_TEXTS.jsonAccepted.slice(0, -1), 200, FORM_PAGE_TEXTS.jsonRefused.slice(0, -1)],
+  ])(
+    '/form-200/%s says no with a 200: the refused token gets the error text, the accepted one its answer',
+    async (shape, okStatus, okText, noStatus, noText) => {
+      // Prepare
+      const path = `/form-200/${shape}/rec-${shape}`;
+      const page = await loadPage(path);
+      const token = await tokenFor(path);
+      // Act: a token for another sitekey is refused by the form's own verification.
+      const refused = await fetch(`${target.url}${path}`, {
+        method: 'POST',
+        headers: { cookie: page.cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ 'g-recaptcha-response': 'never-issued', record: `no-${shape}` }),
+      });
+      const accepted = await fetch(`${target.url}${path}`, {
+        method: 'POST',
+        headers: { cookie: page.cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ 'g-recaptcha-response': token, record: `ok-${shape}` }),
+      });
+      // Assess
+      const [noBody, okBody] = [await refused.text(), await accepted.text()];
+      expect([refused.status, accepted.status]).toEqual([noStatus, okStatus]);
+      expect(noBody).toContain(noText);
+      expect(okBody).toContain(okText);
+      for (const body of [noBody, okBody]) expect(body).toContain(FORM_PAGE_SENTINEL);
+      if (shape === 'silent') expect(okBody).not.toContain(FORM_PAGE_TEXTS.thanks);
+      expect(target.stats().accepted).toEqual({ [`ok-${shape}`]: 1 });
+      expect(target.stats().rejections).toEqual({ TOKEN_UNKNOWN: 1 });
+    },
+  );
+
+  it('/form-200/redirect sends an accepted POST to /thanks and a refused one to /error', async () => {
+    const path = '/form-200/redirect/rec-r';
+    const page = await loadPage(path);
+    const token = await tokenFor(path);
+    const send = (t: string) =>
+      fetch(`${target.url}${path}`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { cookie: page.cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ 'g-recaptcha-response': t, record: 'rec-r' }),
+      });
+    const refused = await send('never-issued');
+    const accepted = await send(token);
+    expect([refused.status, refused.headers.get('location')]).toEqual([303, '/error']);
+    expect([accepted.status, accepted.headers.get('location')]).toEqual([303, '/thanks']);
   });
 
   it('rejects a post without the session cookie, without a token, or with a token for another page', async () => {
