@@ -1,4 +1,4 @@
-import { Annotations, ArnFormat, CfnOutput, Duration, Stack } from 'aws-cdk-lib';
+import { Annotations, ArnFormat, Duration, Stack } from 'aws-cdk-lib';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -17,8 +17,8 @@ import { OutcomeStream } from './constructs/outcome-stream.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
 import { PipelineState } from './constructs/pipeline-state.js';
 import { SolveTimesTable } from './constructs/solve-times-table.js';
+import { addStackOutputs } from './constructs/stack-outputs.js';
 import { Worker } from './constructs/worker.js';
-import type { OptionalStackOutputKey, StackOutputKey } from './outputs.js';
 
 /** A wait in ms for every CAPTCHA type, or per type (the types left out keep their default). */
 export type PerCaptchaTypeMs = number | Partial<Record<CaptchaType, number>>;
@@ -319,7 +319,7 @@ export class Threadgate extends Construct {
     this.outcomesQueue = outcomeStream?.queue;
     this.worker = worker.fn;
 
-    if (stackOutputs) this.addStackOutputs();
+    if (stackOutputs) addStackOutputs(this, this);
     acknowledgeNagFindings({
       functions: [
         worker.bundled.fn,
@@ -470,54 +470,5 @@ export class Threadgate extends Construct {
       actions: ['cloudformation:DescribeStacks'],
       resourceArns: [Stack.of(this).stackId],
     });
-  }
-
-  /** The CloudFormation outputs the CLI and the local stack read, under their plain names (infra/outputs.ts). */
-  private addStackOutputs(): void {
-    const { parts, config } = this;
-    const outputs: Record<StackOutputKey, { value: string; description: string }> = {
-      QueueUrl: { value: this.jobsQueue.queueUrl, description: 'Jobs queue: upstream jobs send here' },
-      QueueArn: { value: this.jobsQueue.queueArn, description: 'Jobs queue ARN (the mapping source)' },
-      DlqUrl: { value: this.deadLetterQueue.queueUrl, description: 'Dead-letter queue' },
-      DlqArn: { value: this.deadLetterQueue.queueArn, description: 'Dead-letter queue ARN (redrive source)' },
-      TableName: {
-        value: this.outcomesTable.tableName,
-        description: 'Outcomes table (one row per record_key)',
-      },
-      WorkerFunctionName: { value: parts.worker.fn.functionName, description: 'Worker function' },
-      AdjusterFunctionName: { value: parts.adjuster.fn.functionName, description: 'Cap adjuster function' },
-      MappingUuid: {
-        value: parts.worker.mapping.eventSourceMappingId,
-        description: 'Jobs queue → worker mapping',
-      },
-      PipelineStateParameter: {
-        value: parts.pipelineState.parameter.parameterName,
-        description: 'SSM parameter with the pipeline state (paused or not, and why)',
-      },
-      AdjusterRuleName: {
-        value: parts.adjuster.rule.ruleName,
-        description: 'One-minute rule that runs the adjuster',
-      },
-      SecretName: {
-        value: config.secretName,
-        description: 'Secrets Manager secret holding the CaptchaAI API key',
-      },
-    };
-    const optional: Partial<Record<OptionalStackOutputKey, { value: string; description: string }>> = {};
-    if (this.outcomesQueue) {
-      optional.OutcomesQueueUrl = {
-        value: this.outcomesQueue.queueUrl,
-        description: 'Outcomes queue: one message per final outcome (at-least-once; upsert on record_key)',
-      };
-    }
-    if (parts.outcomeStream) {
-      optional.OutcomeFailuresQueueUrl = {
-        value: parts.outcomeStream.failures.queueUrl,
-        description: 'Outcome stream records that could not be published (Lambda on-failure records)',
-      };
-    }
-    for (const [key, output] of Object.entries({ ...outputs, ...optional })) {
-      new CfnOutput(this, key, output).overrideLogicalId(key);
-    }
   }
 }

@@ -124,42 +124,50 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
         wasted: decision.wasted,
       });
     }
-    case 'stop': {
-      // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
-      deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);
-      log.error('stop-class error: pausing the pipeline', {
-        errorCode: decision.code,
-        reason: decision.reason,
-      });
-      const paused = await pauseWithTries(deps, log, decision.code, decision.reason);
-      if (!paused) {
-        deps.metrics.addMetric('PauseFailures', MetricUnit.Count, 1);
-        const next = decidePauseFailed(decision, c.leaseExpiresAt);
-        if (next.action === 'retry') {
-          log.error('could not pause the pipeline; the record will be retried and the pause tried again');
-          return applyDecision(next, c);
-        }
-        log.error(
-          'could not pause the pipeline on the last receive; the stop is recorded and the message kept in the DLQ',
-        );
-      }
-      await deps.store.finish(c.recordKey!, c.owner!, {
-        status: 'stopped',
-        reason: decision.code,
-        attempts: c.attempts,
-      });
-      countOutcome(deps, 'stopped');
-      await sendToDlq(deps, record, {
-        error_code: decision.code,
-        reason: decision.reason,
-        ...(c.recordKey ? { record_key: c.recordKey } : {}),
-      });
-      await deps.sqs.send(
-        new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
-      );
-      return paused ? { kind: 'stopped', code: decision.code } : { kind: 'done', status: 'stopped' };
-    }
+    case 'stop':
+      return applyStop(decision, c);
   }
+}
+
+/** A stop-class error: stop new work everywhere first, then record, keep the message in the DLQ, delete it. */
+async function applyStop(
+  decision: Extract<RecordDecision, { action: 'stop' }>,
+  c: ApplyContext,
+): Promise<RecordResult> {
+  const { deps, log, record } = c;
+  // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
+  deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);
+  log.error('stop-class error: pausing the pipeline', {
+    errorCode: decision.code,
+    reason: decision.reason,
+  });
+  const paused = await pauseWithTries(deps, log, decision.code, decision.reason);
+  if (!paused) {
+    deps.metrics.addMetric('PauseFailures', MetricUnit.Count, 1);
+    const next = decidePauseFailed(decision, c.leaseExpiresAt);
+    if (next.action === 'retry') {
+      log.error('could not pause the pipeline; the record will be retried and the pause tried again');
+      return applyDecision(next, c);
+    }
+    log.error(
+      'could not pause the pipeline on the last receive; the stop is recorded and the message kept in the DLQ',
+    );
+  }
+  await deps.store.finish(c.recordKey!, c.owner!, {
+    status: 'stopped',
+    reason: decision.code,
+    attempts: c.attempts,
+  });
+  countOutcome(deps, 'stopped');
+  await sendToDlq(deps, record, {
+    error_code: decision.code,
+    reason: decision.reason,
+    ...(c.recordKey ? { record_key: c.recordKey } : {}),
+  });
+  await deps.sqs.send(
+    new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
+  );
+  return paused ? { kind: 'stopped', code: decision.code } : { kind: 'done', status: 'stopped' };
 }
 
 async function sendToDlq(
