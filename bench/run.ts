@@ -8,11 +8,13 @@ import { DEFAULT_POLL_SCHEDULE, type PollScheduleMode } from '../functions/captc
 import { DEFAULT_TIMINGS } from '../functions/captchaai/timings.js';
 import type { CaptchaTask, CaptchaType } from '../functions/captchaai/types.js';
 import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/records/job-schema.js';
+import { MAX_PAGE_BYTES } from '../functions/target/session.js';
 import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
 import { untilPollerLimit } from '../local/stack/observation.js';
 import { generatedRecords, type RecordMix } from '../local/stack/records.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
+import { PAD_PARAM } from '../local/standins/target.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { cappedRun } from './capped-run.js';
 import { type BenchReport, buildReport } from './report/build.js';
@@ -65,6 +67,13 @@ export interface BenchOptions {
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   /** The worker's poll schedule (deploy-time setting pollSchedule). @default learned */
   pollSchedule?: PollScheduleMode;
+  /** The worker's memory in MB (deploy-time setting workerMemoryMb). @default its default */
+  workerMemoryMb?: number;
+  /**
+   * Share (0..1) of the records whose target page is padded to just under the worker's page-size
+   * cap (MAX_PAGE_BYTES): the worst case for the worker's memory. @default 0
+   */
+  largePages?: number;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
@@ -101,6 +110,9 @@ function benchSettings(options: BenchOptions) {
   }
   if (!Number.isInteger(records) || records < 1) throw new RangeError(`records must be an integer >= 1`);
   if (!(timeScale > 0 && timeScale <= 1)) throw new RangeError(`time scale must be within (0, 1]`);
+  const largePages = options.largePages ?? 0;
+  if (!(largePages >= 0 && largePages <= 1))
+    throw new RangeError(`large pages must be a share within [0, 1]`);
   const started = new Date();
   return {
     threads,
@@ -118,6 +130,7 @@ function benchSettings(options: BenchOptions) {
     t0: performance.now(),
     seed: options.seed ?? BENCH_DEFAULTS.seed,
     targetDelays: options.targetDelays ?? BENCH_DEFAULTS.targetDelays,
+    largePages,
     checkAborted: () => {
       if (options.signal?.aborted) throw new Error('the benchmark was interrupted');
     },
@@ -133,12 +146,9 @@ function benchRecords(
   mixOption: RecordMix | undefined,
   latency: Record<CaptchaType, LatencyDistribution>,
 ) {
-  const bodies = generatedRecords(
-    stack.site.url,
-    stack.site.sitekey,
-    o.records,
-    `bench-${stamp(o.started)}`,
-    mixOption,
+  const bodies = withLargePages(
+    generatedRecords(stack.site.url, stack.site.sitekey, o.records, `bench-${stamp(o.started)}`, mixOption),
+    o.largePages,
   );
   const mix: Record<string, number> = {};
   const tasks: CaptchaTask[] = [];
@@ -163,6 +173,24 @@ function benchRecords(
 
 export type BenchRecords = ReturnType<typeof benchRecords>;
 
+/** Bytes of a large page: just under the cap, so the worker reads it all (an over-cap page fails fast). */
+export const LARGE_PAGE_BYTES = MAX_PAGE_BYTES - 16 * 1024;
+
+/** Spreads `share` of the records evenly through the run with a page padded to LARGE_PAGE_BYTES. */
+function withLargePages(bodies: string[], share: number): string[] {
+  if (share <= 0) return bodies;
+  let owed = 0;
+  return bodies.map((body) => {
+    owed += share;
+    if (owed < 1) return body;
+    owed -= 1;
+    const job = JSON.parse(body) as { pageurl: string };
+    const url = new URL(job.pageurl);
+    url.searchParams.set(PAD_PARAM, String(LARGE_PAGE_BYTES));
+    return JSON.stringify({ ...job, pageurl: url.href });
+  });
+}
+
 export async function runBench(options: BenchOptions = {}): Promise<BenchReport> {
   const o = benchSettings(options);
   const { threads, reserve, records, timeScale, cap, log } = o;
@@ -175,8 +203,15 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     timeScale,
     targetDelays: o.targetDelays,
     random: seedrandom(String(o.seed)),
-    // Only a pinned schedule is a setting: the default keeps the cached synth of a plain stack.
-    ...(options.pollSchedule ? { settings: { pollSchedule: options.pollSchedule } } : {}),
+    // Only pinned settings are passed: the defaults keep the cached synth of a plain stack.
+    ...(options.pollSchedule || options.workerMemoryMb
+      ? {
+          settings: {
+            ...(options.pollSchedule ? { pollSchedule: options.pollSchedule } : {}),
+            ...(options.workerMemoryMb ? { workerMemoryMb: options.workerMemoryMb } : {}),
+          },
+        }
+      : {}),
     onPhase: (m) => log(`bench: ${m}`),
   });
   let report: BenchReport;
