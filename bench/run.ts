@@ -8,13 +8,11 @@ import { DEFAULT_POLL_SCHEDULE, type PollScheduleMode } from '../functions/captc
 import { DEFAULT_TIMINGS } from '../functions/captchaai/timings.js';
 import type { CaptchaTask, CaptchaType } from '../functions/captchaai/types.js';
 import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/records/job-schema.js';
-import { MAX_PAGE_BYTES } from '../functions/target/session.js';
 import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
 import { untilPollerLimit } from '../local/stack/observation.js';
-import { generatedRecords, type RecordMix } from '../local/stack/records.js';
+import { generatedRecords, type RecordMix, withLargePages } from '../local/stack/records.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
-import { PAD_PARAM } from '../local/standins/target.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { cappedRun } from './capped-run.js';
 import { type BenchReport, buildReport } from './report/build.js';
@@ -172,24 +170,6 @@ function benchRecords(
 }
 
 export type BenchRecords = ReturnType<typeof benchRecords>;
-
-/** Bytes of a large page: just under the cap, so the worker reads it all (an over-cap page fails fast). */
-export const LARGE_PAGE_BYTES = MAX_PAGE_BYTES - 16 * 1024;
-
-/** Spreads `share` of the records evenly through the run with a page padded to LARGE_PAGE_BYTES. */
-function withLargePages(bodies: string[], share: number): string[] {
-  if (share <= 0) return bodies;
-  let owed = 0;
-  return bodies.map((body) => {
-    owed += share;
-    if (owed < 1) return body;
-    owed -= 1;
-    const job = JSON.parse(body) as { pageurl: string };
-    const url = new URL(job.pageurl);
-    url.searchParams.set(PAD_PARAM, String(LARGE_PAGE_BYTES));
-    return JSON.stringify({ ...job, pageurl: url.href });
-  });
-}
 
 export async function runBench(options: BenchOptions = {}): Promise<BenchReport> {
   const o = benchSettings(options);
