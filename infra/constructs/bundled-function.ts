@@ -49,6 +49,12 @@ export interface BundledFunctionProps {
   readonly memorySize?: number;
   /** @default none */
   readonly reservedConcurrentExecutions?: number;
+  /**
+   * NODE_OPTIONS=--enable-source-maps: stack traces point into the TypeScript sources, and Node
+   * parses the bundle's source map when the module loads. The bundle keeps its map either way
+   * (a trace can be mapped offline). @default true
+   */
+  readonly runtimeSourceMaps?: boolean;
 }
 
 /**
@@ -89,7 +95,10 @@ export class BundledFunction extends Construct {
       logGroup: this.logGroup,
       reservedConcurrentExecutions: props.reservedConcurrentExecutions,
       // Stack traces point into the TypeScript sources through the bundled source maps.
-      environment: { ...props.environment, NODE_OPTIONS: '--enable-source-maps' },
+      environment:
+        props.runtimeSourceMaps === false
+          ? props.environment
+          : { ...props.environment, NODE_OPTIONS: '--enable-source-maps' },
     };
     const source = `${REPO_ROOT}${props.entry}`;
     if (existsSync(source)) {
