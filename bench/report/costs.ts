@@ -162,9 +162,13 @@ export function costSections(
   f: RunFacts,
 ): Pick<BenchReport, 'lambda' | 'aws_cost_per_1000' | 'captcha_cost_per_1000'> {
   const gbs = gbSecondsPerSolve(i, f.solved);
+  const aws = awsCostSection(i, f, gbs.warm);
+  const captcha = captchaCostSection(i, f.ssEff);
+  // The yardstick of the worker's memory work: AWS per solve against the plan per solve at full use.
+  const ratio = captcha.full_plan_use ? aws.total / captcha.full_plan_use : Number.NaN;
   return {
     lambda: lambdaSection(i, gbs),
-    aws_cost_per_1000: awsCostSection(i, f, gbs.warm),
-    captcha_cost_per_1000: captchaCostSection(i, f.ssEff),
+    aws_cost_per_1000: aws,
+    captcha_cost_per_1000: { ...captcha, aws_to_plan_at_full_use: round(ratio, 2) },
   };
 }
