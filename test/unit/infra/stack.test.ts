@@ -325,6 +325,8 @@ describe('ThreadgateStack with default settings', () => {
         'SOLVE_TIMES_TABLE',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
+        'MALLOC_ARENA_MAX',
+        'MALLOC_TRIM_THRESHOLD_',
       ].sort(),
     );
     expect(env).toMatchObject({
