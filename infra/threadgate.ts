@@ -72,7 +72,7 @@ export interface ThreadgateProps {
   readonly chainSeconds?: number;
   /** Worker timeout in seconds; a value below the worst-case attempt is refused. @default the worst case of one record (772 s) plus chainSeconds (892 s at the defaults), at least 10, at most 900 */
   readonly workerTimeoutSeconds?: number;
-  /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 160 */
+  /** Worker memory in MB (128–10240); the default rests on the worker's peak RSS measured as Lambda runs it. @default 168 */
   readonly workerMemoryMb?: number;
   /** Receives before SQS moves a message to the DLQ (≥ 5). @default 5 */
   readonly maxReceiveCount?: number;

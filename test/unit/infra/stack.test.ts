@@ -345,7 +345,7 @@ describe('ThreadgateStack with default settings', () => {
     // No runtime source maps in the worker: parsing the map at load costs memory every slot pays.
     expect(env.NODE_OPTIONS).toBeUndefined();
     expect(Number(env.LEASE_SECONDS)).toBeGreaterThan(fn.Properties.Timeout as number);
-    expect(fn.Properties.MemorySize).toBe(160);
+    expect(fn.Properties.MemorySize).toBe(168);
   });
 
   it('sets every environment variable of the contract on the cap adjuster', () => {
