@@ -11,7 +11,7 @@ import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/r
 import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
 import { untilPollerLimit } from '../local/stack/observation.js';
-import { generatedRecords, type RecordMix } from '../local/stack/records.js';
+import { generatedRecords, type RecordMix, withLargePages } from '../local/stack/records.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { type TemplateFacts, templateFacts } from './bill/template-facts.js';
@@ -66,6 +66,13 @@ export interface BenchOptions {
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   /** The worker's poll schedule (deploy-time setting pollSchedule). @default learned */
   pollSchedule?: PollScheduleMode;
+  /** The worker's memory in MB (deploy-time setting workerMemoryMb). @default its default */
+  workerMemoryMb?: number;
+  /**
+   * Share (0..1) of the records whose target page is padded to just under the worker's page-size
+   * cap (MAX_PAGE_BYTES): the worst case for the worker's memory. @default 0
+   */
+  largePages?: number;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
@@ -102,6 +109,9 @@ function benchSettings(options: BenchOptions) {
   }
   if (!Number.isInteger(records) || records < 1) throw new RangeError(`records must be an integer >= 1`);
   if (!(timeScale > 0 && timeScale <= 1)) throw new RangeError(`time scale must be within (0, 1]`);
+  const largePages = options.largePages ?? 0;
+  if (!(largePages >= 0 && largePages <= 1))
+    throw new RangeError(`large pages must be a share within [0, 1]`);
   const started = new Date();
   return {
     threads,
@@ -119,6 +129,7 @@ function benchSettings(options: BenchOptions) {
     t0: performance.now(),
     seed: options.seed ?? BENCH_DEFAULTS.seed,
     targetDelays: options.targetDelays ?? BENCH_DEFAULTS.targetDelays,
+    largePages,
     checkAborted: () => {
       if (options.signal?.aborted) throw new Error('the benchmark was interrupted');
     },
@@ -137,8 +148,11 @@ function benchRecords(
   // One batch_id for the run, as `threadgate enqueue` users who wait on a batch send them:
   // such rows are written to the batch index too, which the bill counts.
   const batchId = `bench-${stamp(o.started)}`;
-  const bodies = generatedRecords(stack.site.url, stack.site.sitekey, o.records, batchId, mixOption).map(
-    (body) => JSON.stringify({ ...(JSON.parse(body) as object), batch_id: batchId }),
+  const bodies = withLargePages(
+    generatedRecords(stack.site.url, stack.site.sitekey, o.records, batchId, mixOption).map((body) =>
+      JSON.stringify({ ...(JSON.parse(body) as object), batch_id: batchId }),
+    ),
+    o.largePages,
   );
   const mix: Record<string, number> = {};
   const tasks: CaptchaTask[] = [];
@@ -175,8 +189,15 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     timeScale,
     targetDelays: o.targetDelays,
     random: seedrandom(String(o.seed)),
-    // Only a pinned schedule is a setting: the default keeps the cached synth of a plain stack.
-    ...(options.pollSchedule ? { settings: { pollSchedule: options.pollSchedule } } : {}),
+    // Only pinned settings are passed: the defaults keep the cached synth of a plain stack.
+    ...(options.pollSchedule || options.workerMemoryMb
+      ? {
+          settings: {
+            ...(options.pollSchedule ? { pollSchedule: options.pollSchedule } : {}),
+            ...(options.workerMemoryMb ? { workerMemoryMb: options.workerMemoryMb } : {}),
+          },
+        }
+      : {}),
     onPhase: (m) => log(`bench: ${m}`),
   });
   let report: BenchReport;

@@ -68,7 +68,7 @@ export interface ThreadgateConfig {
   /**
    * Worker memory in MB (128..10240). Lambda sizes V8's heap and the CPU share from it, and bills
    * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it
-   * (docs/benchmark.md "Worker memory"). @default 256
+   * (docs/benchmark.md "Worker memory"). @default 168
    */
   readonly workerMemoryMb: number;
   /**

@@ -147,7 +147,7 @@ export interface ThreadgateProps {
   /**
    * Worker memory in MB; the default rests on the worker's peak RSS measured as Lambda runs it.
    * Valid range: 128–10240.
-   * @default 256
+   * @default 168
    */
   readonly workerMemoryMb?: number;
   /**

@@ -18,11 +18,12 @@ import type { BenchReport, BuildInput } from './types.js';
 
 const MB = 1048576;
 
-/** The smallest Lambda memory size (128 MB, then steps of 64 MB) with `factor` × headroom over `peakMb`. */
+/**
+ * The smallest Lambda memory size with `factor` × headroom over `peakMb`: at least 128 MB, in
+ * steps of 8 MB (Lambda takes any whole MB from 128 up; every MB is billed by every slot).
+ */
 export function lambdaMemoryFor(peakMb: number, factor = 2): number {
-  let mb = 128;
-  while (mb < factor * peakMb) mb += 64;
-  return mb;
+  return Math.max(128, Math.ceil((factor * peakMb) / 8) * 8);
 }
 
 /**
@@ -92,7 +93,7 @@ function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>)
       estimated_environment_peak: round(envPeakMb, 1),
       process_peak_rss_all_environments: round(i.memory.processPeakRss / MB, 1),
       smallest_size_with_headroom: Number.isFinite(memoryNeededMb) ? memoryNeededMb : null,
-      note: 'isolation process (THREADGATE_LOCAL_ENVIRONMENTS=process): each environment is a Node process of its own started with the heap flags of Lambda’s Node.js runtime at the deployed memory size, and environment_peak_rss is its peak RSS (the OS’s maxRSS); smallest_size_with_headroom = the smallest Lambda size (128 MB, then 64 MB steps) at least 4/3 of it. isolation thread: environments are worker threads of one process, so their own RSS cannot be read: estimated_environment_peak = a bare Node process’s RSS + the peak V8 heap (total) + peak external memory, and the size needs 2× that',
+      note: 'isolation process (THREADGATE_LOCAL_ENVIRONMENTS=process): each environment is a Node process of its own started with the heap flags of Lambda’s Node.js runtime at the deployed memory size, and environment_peak_rss is its peak RSS (the OS’s maxRSS); smallest_size_with_headroom = the smallest Lambda size (at least 128 MB, 8 MB steps) at least 4/3 of it. isolation thread: environments are worker threads of one process, so their own RSS cannot be read: estimated_environment_peak = a bare Node process’s RSS + the peak V8 heap (total) + peak external memory, and the size needs 2× that',
     },
     note: 'at time scale 1: each invocation’s solve time divided by the time scale, the rest (AWS calls, target HTTP, start-up) as measured. gb_s_per_solve: all but each environment’s first invocation (used for the cost); _all_invocations includes them; _wall is what this run used at its time scale',
   };
@@ -204,10 +205,14 @@ export function costSections(
   f: RunFacts,
 ): Pick<BenchReport, 'lambda' | 'aws_cost_per_1000' | 'captcha_cost_per_1000' | 'bill'> {
   const gbs = gbSecondsPerSolve(i, f.solved);
+  const aws = awsCostSection(i, f, gbs.warm);
+  const captcha = captchaCostSection(i, f.ssEff);
+  // The yardstick of the worker's memory work: AWS per solve against the plan per solve at full use.
+  const ratio = captcha.full_plan_use ? aws.total / captcha.full_plan_use : Number.NaN;
   return {
     lambda: lambdaSection(i, gbs),
-    aws_cost_per_1000: awsCostSection(i, f, gbs.warm),
-    captcha_cost_per_1000: captchaCostSection(i, f.ssEff),
+    aws_cost_per_1000: aws,
+    captcha_cost_per_1000: { ...captcha, aws_to_plan_at_full_use: round(ratio, 2) },
     bill: billSection(i, f, gbs.warm),
   };
 }

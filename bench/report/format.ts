@@ -211,7 +211,7 @@ function costRows(r: BenchReport): Row[] {
     [
       'CaptchaAI cost per 1,000 solves',
       usd(r.captcha_cost_per_1000.full_plan_use),
-      `full plan use; ${usd(r.captcha_cost_per_1000.at_measured_efficiency)} at the measured efficiency; $${r.captcha_cost_per_1000.plan.usdPerMonth}/month (${r.captcha_cost_per_1000.plan.basis})`,
+      `full plan use (AWS ${n(r.captcha_cost_per_1000.aws_to_plan_at_full_use ?? Number.NaN, 2)}× that); ${usd(r.captcha_cost_per_1000.at_measured_efficiency)} at the measured efficiency; $${r.captcha_cost_per_1000.plan.usdPerMonth}/month (${r.captcha_cost_per_1000.plan.basis})`,
     ],
   ];
 }

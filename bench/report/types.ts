@@ -222,6 +222,8 @@ export interface BenchReport {
     plan: PlanPrice & { threads: number };
     mean_solve_s_unscaled: number | null;
     month_s: number;
+    /** aws_cost_per_1000.total ÷ full_plan_use: what AWS costs per solve against the plan. */
+    aws_to_plan_at_full_use?: number | null;
   };
   /** The monthly bill: every AWS charge, counted from the run and the template (bench/report/bill.ts). */
   bill: Bill | null;

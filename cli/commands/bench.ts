@@ -21,6 +21,8 @@ interface BenchCommandOptions {
   seed: number;
   latency: string[];
   pollSchedule?: 'learned' | 'static';
+  workerMemory?: number;
+  largePages: number;
   modelOnly?: boolean;
 }
 
@@ -47,6 +49,13 @@ export function parseAtLeastOne(raw: string): number {
 export function parseScale(raw: string): number {
   const n = parsePositive(raw);
   if (n > 1) throw new InvalidArgumentError('must be within (0, 1]');
+  return n;
+}
+
+function parseShare(raw: string): number {
+  const n = Number(raw);
+  if (raw.trim() === '' || !(n >= 0 && n <= 1))
+    throw new InvalidArgumentError('must be a share within [0, 1]');
   return n;
 }
 
@@ -112,6 +121,17 @@ function withRunOptions(command: Command): Command {
       parsePollSchedule,
     )
     .option(
+      '--worker-memory <mb>',
+      "the worker's memory (deploy-time setting workerMemoryMb; default its default)",
+      parseAtLeastOne,
+    )
+    .option(
+      '--large-pages <share>',
+      "share (0..1) of the records whose target page is just under the worker's page-size cap (worst case for memory)",
+      parseShare,
+      0,
+    )
+    .option(
       '--model-only',
       'print only the limit and both poll schedules simulated on the draws of this run (nothing is started)',
     )
@@ -160,6 +180,8 @@ async function benchAction(opts: BenchCommandOptions): Promise<void> {
       seed: opts.seed,
       latency: latencyFromOptions(opts.latency),
       ...(opts.pollSchedule ? { pollSchedule: opts.pollSchedule } : {}),
+      ...(opts.workerMemory ? { workerMemoryMb: opts.workerMemory } : {}),
+      largePages: opts.largePages,
       log: (line) => process.stderr.write(`${line}\n`),
       signal,
     }),

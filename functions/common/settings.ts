@@ -30,7 +30,7 @@ export const DEFAULTS = {
   pollSchedule: DEFAULT_POLL_SCHEDULE.mode,
   pollMeanBudget: DEFAULT_POLL_SCHEDULE.meanBudget,
   /** The worker's memory, MB: its peak RSS measured as Lambda runs it, with headroom (docs/benchmark.md). */
-  workerMemoryMb: 256,
+  workerMemoryMb: 168,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,

@@ -1,11 +1,7 @@
-import {
-  GetEventSourceMappingCommand,
-  type LambdaClient,
-  ListEventSourceMappingsCommand,
-  UpdateEventSourceMappingCommand,
-} from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
 import { ThreadgateError } from '../common/errors.js';
+import { clientOf, type LazyClient } from '../common/lazy-client.js';
 
 /**
  * Pausing and resuming the pipeline. A pause disables the worker's SQS event source mapping
@@ -25,7 +21,11 @@ export interface PipelineState {
 }
 
 export interface PipelineControlDeps {
-  lambda: LambdaClient;
+  /**
+   * The client, or a factory that makes it on first use: the worker only pauses, so its client
+   * (and @aws-sdk/client-lambda, imported by each call that needs it) is loaded by a pause alone.
+   */
+  lambda: LazyClient<LambdaClient>;
   ssm: SSMClient;
   /** SSM parameter holding the JSON PipelineState. */
   stateParameterName: string;
@@ -89,7 +89,8 @@ export class PipelineControl {
   /** The UUID of the worker's mapping from the jobs queue, looked up once. */
   async findMappingUuid(): Promise<string> {
     if (this.mappingUuid) return this.mappingUuid;
-    const out = await this.deps.lambda.send(
+    const { ListEventSourceMappingsCommand } = await import('@aws-sdk/client-lambda');
+    const out = await (await clientOf(this.deps.lambda)).send(
       new ListEventSourceMappingsCommand({
         FunctionName: this.deps.workerFunctionName,
         EventSourceArn: this.deps.queueArn,
@@ -107,7 +108,8 @@ export class PipelineControl {
 
   async readMapping(): Promise<MappingInfo> {
     const uuid = await this.findMappingUuid();
-    const m = await this.deps.lambda.send(new GetEventSourceMappingCommand({ UUID: uuid }));
+    const { GetEventSourceMappingCommand } = await import('@aws-sdk/client-lambda');
+    const m = await (await clientOf(this.deps.lambda)).send(new GetEventSourceMappingCommand({ UUID: uuid }));
     const state = m.State ?? 'Unknown';
     return {
       uuid,
@@ -158,9 +160,11 @@ export class PipelineControl {
 
   private async setMappingEnabled(enabled: boolean): Promise<void> {
     const uuid = await this.findMappingUuid();
+    const { UpdateEventSourceMappingCommand } = await import('@aws-sdk/client-lambda');
+    const lambda = await clientOf(this.deps.lambda);
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.deps.lambda.send(new UpdateEventSourceMappingCommand({ UUID: uuid, Enabled: enabled }));
+        await lambda.send(new UpdateEventSourceMappingCommand({ UUID: uuid, Enabled: enabled }));
         return;
       } catch (err) {
         // The mapping answers ResourceInUse while an earlier update is still being applied.

@@ -1,5 +1,6 @@
-import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { ConfigError, StopClassError } from '../common/errors.js';
+import { clientOf, type LazyClient } from '../common/lazy-client.js';
 
 /**
  * The CaptchaAI API key, read from Secrets Manager and kept for at most `maxAgeMs`, so a key
@@ -17,7 +18,8 @@ import { ConfigError, StopClassError } from '../common/errors.js';
 export const DEFAULT_KEY_MAX_AGE_MS = 5 * 60_000;
 
 export interface ApiKeySourceOptions {
-  client: SecretsManagerClient;
+  /** The client, or a factory that makes it on the first read (the worker's: one read per environment). */
+  client: LazyClient<SecretsManagerClient>;
   secretName: string;
   /** @default DEFAULT_KEY_MAX_AGE_MS */
   maxAgeMs?: number;
@@ -27,7 +29,7 @@ export interface ApiKeySourceOptions {
 
 export class ApiKeySource {
   readonly secretName: string;
-  readonly #client: SecretsManagerClient;
+  readonly #client: LazyClient<SecretsManagerClient>;
   readonly #maxAgeMs: number;
   readonly #now: () => number;
   #cached: { key: Promise<string>; readAt: number } | undefined;
@@ -94,8 +96,10 @@ export async function withFreshKeyOnStop<T>(
   }
 }
 
-async function readApiKey(client: SecretsManagerClient, secretName: string): Promise<string> {
-  const out = await client.send(new GetSecretValueCommand({ SecretId: secretName }));
+async function readApiKey(client: LazyClient<SecretsManagerClient>, secretName: string): Promise<string> {
+  // Imported here, not at the top: a worker that has not read its key yet has not loaded the module.
+  const { GetSecretValueCommand } = await import('@aws-sdk/client-secrets-manager');
+  const out = await (await clientOf(client)).send(new GetSecretValueCommand({ SecretId: secretName }));
   const raw = out.SecretString?.trim();
   if (!raw) throw new ConfigError('CAPTCHAAI_SECRET_NAME', `secret "${secretName}" has no string value`);
   if (raw.startsWith('{')) {

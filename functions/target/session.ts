@@ -1,6 +1,6 @@
 import { CookieJar } from 'tough-cookie';
 import { Agent, type Dispatcher, fetch as undiciFetch } from 'undici';
-import { readAtMost } from '../common/bounded-read.js';
+import { drainAtMost, readAtMost } from '../common/bounded-read.js';
 import { TargetError } from '../common/errors.js';
 import { causeChain, failedBeforeSending, socketErrorCode } from '../common/network.js';
 import { type Allowlist, checkTargetUrl, guardedLookup, type Resolver } from './allowlist.js';
@@ -193,7 +193,7 @@ export class TargetSession {
           answer: read ? AnswerText.of(read.bytes, read.complete) : AnswerText.unreadable(),
         };
       }
-      const page = await readAtMost(res.body, MAX_PAGE_BYTES);
+      const page = await drainAtMost(res.body, MAX_PAGE_BYTES);
       if (!page.complete) {
         throw new TargetError('PAGE_TOO_LARGE', `${url.host} sent a page over ${MAX_PAGE_BYTES} bytes`);
       }

@@ -2,26 +2,11 @@ import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
+import { lambdaNodeArgs, lambdaNodeBinary } from './lambda-node.js';
 import type { LogSink } from './log-sink.js';
 import { type DeployedFunction, errorMessage, type InvokeResult, type MemorySample } from './types.js';
 
 const THREAD_BOOTSTRAP = new URL('./lambda-environment.mjs', import.meta.url);
-
-/**
- * The V8 flags Lambda's managed Node.js runtime starts `node` with at a memory size of
- * `memoryMb`: its bootstrap script (/var/runtime/bootstrap) computes new space = memory ÷ 10,
- * semi space = new space ÷ 2 and old space = memory − new space, in MB, with integer division
- * (docs/benchmark.md "Worker memory" cites the source and what is unverified).
- */
-export function lambdaNodeArgs(memoryMb: number): string[] {
-  const newSpace = Math.floor(memoryMb / 10);
-  return [
-    '--expose-gc',
-    '--max-http-header-size=81920',
-    `--max-semi-space-size=${Math.floor(newSpace / 2)}`,
-    `--max-old-space-size=${memoryMb - newSpace}`,
-  ];
-}
 
 /** What the environment runs in: a worker thread or a process of its own, behind one interface. */
 interface EnvironmentChannel {
@@ -47,6 +32,8 @@ function threadChannel(env: Record<string, string>, data: unknown): EnvironmentC
 function processChannel(env: Record<string, string>, data: unknown, memoryMb: number): EnvironmentChannel {
   const child = fork(THREAD_BOOTSTRAP, [JSON.stringify(data)], {
     env,
+    // Lambda's Node.js major with Lambda's heap flags: the environment's memory is measured as Lambda's.
+    execPath: lambdaNodeBinary(),
     execArgv: lambdaNodeArgs(memoryMb),
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     serialization: 'advanced',

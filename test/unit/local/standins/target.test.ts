@@ -57,6 +57,13 @@ describe('target stand-in', () => {
     expect(turnstile.html).toContain('class="cf-turnstile"');
   });
 
+  it('pads a page by ?pad=<bytes> (the large pages of bench runs), the form unchanged', async () => {
+    const plain = await loadPage('/form/rec-pad');
+    const padded = await loadPage('/form/rec-pad?pad=100000');
+    expect(padded.html.length - plain.html.length).toBe(100_000 + '<!---->'.length);
+    expect(padded.html).toContain(`class="g-recaptcha" data-sitekey="${target.sitekey}"`);
+  });
+
   it('accepts a token solved for that page in the session that loaded it, once, counting it per record', async () => {
     // Prepare
     const page = await loadPage('/form/rec-3');
