@@ -63,7 +63,7 @@ export function propDocs(source = parseSource()): Doc[] {
 
 function threadgateClass(source: ts.SourceFile): ts.ClassDeclaration | undefined {
   return source.statements.find(
-    (s): s is ts.ClassDeclaration => ts.isClassDeclaration(s) && s.name?.text === 'Threadgate',
+    (s): s is ts.ClassDeclaration => ts.isClassDeclaration(s) && s.name?.text === Threadgate.name,
   );
 }
 

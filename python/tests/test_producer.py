@@ -130,7 +130,7 @@ class WaitRules(unittest.TestCase):
         self.assertEqual(tally(refused, 4)[2], ("done", tg.EXIT_BAD_TASK))
         self.assertEqual(tg.form_refusals(refused), {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1})
         items = [{k: {"S": v} for k, v in r.items()} for r in refused]
-        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items}})()
+        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {}})()
         result = tg.wait("t", "b", expect=4, dynamodb=dynamodb, sleep=lambda s: None)
         self.assertEqual((result.exit_code, result.form_refused), (2, {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1}))
         self.assertIn("the form said no: FORM_REJECTED 1, FORM_UNCONFIRMED 1", result.message)
@@ -145,7 +145,7 @@ class WaitRules(unittest.TestCase):
 
     def test_expect_0_is_done_at_once_unless_a_row_carries_the_batch(self):
         def table(items):
-            return type("D", (), {"query": lambda self, **kw: {"Items": items}})()
+            return type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {}})()
 
         empty = tg.wait("t", "b", expect=0, dynamodb=table([]), sleep=lambda s: None)
         self.assertEqual((empty.end, empty.exit_code, empty.counts), ("done", tg.EXIT_OK, {}))
