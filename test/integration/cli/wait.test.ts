@@ -419,6 +419,21 @@ describe('threadgate wait on a cancelled batch', () => {
       tableName: stack.outputs.TableName!,
     });
     await cancels.cancel(batch, { reason: 'wrong form URL' });
+    // The record in progress has its message in flight (a worker holds it), as on a real stack:
+    // without one the wait would rightly end at once saying the record is not accounted for.
+    await sqs.send(
+      new SendMessageCommand({
+        QueueUrl: stack.outputs.QueueUrl,
+        MessageBody: JSON.stringify({ record_key: working }),
+      }),
+    );
+    const held = await sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: stack.outputs.QueueUrl,
+        VisibilityTimeout: 60,
+        WaitTimeSeconds: 1,
+      }),
+    );
     // Act: the wait goes on while a row is in progress, and ends once it has ended
     const running = wait(['--batch', batch, '--expect', '4', '--json']);
     await new Promise((resolve) => setTimeout(resolve, 1_500));
@@ -441,6 +456,11 @@ describe('threadgate wait on a cancelled batch', () => {
         },
       }),
     );
+    for (const m of held.Messages ?? []) {
+      await sqs.send(
+        new DeleteMessageCommand({ QueueUrl: stack.outputs.QueueUrl, ReceiptHandle: m.ReceiptHandle }),
+      );
+    }
     const run = await running;
     // Assess
     expect(run.code).toBe(5);
