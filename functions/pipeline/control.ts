@@ -177,3 +177,15 @@ export class PipelineControl {
     }
   }
 }
+
+/** Tries of the worker's pause (worker/effects.ts) before the record is given back (PAUSE_FAILED). */
+export const PAUSE_TRIES = 3;
+/** The first wait between two tries; each later wait doubles it. */
+export const PAUSE_BACKOFF_MS = 1_000;
+
+/** The waits between the pause's tries, added up (the worst case counts them). */
+export function pauseBackoffTotalMs(): number {
+  let total = 0;
+  for (let i = 0; i < PAUSE_TRIES - 1; i++) total += PAUSE_BACKOFF_MS * 2 ** i;
+  return total;
+}

@@ -2,7 +2,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
-import { stopReason } from '../pipeline/control.js';
+import { PAUSE_BACKOFF_MS, PAUSE_TRIES, stopReason } from '../pipeline/control.js';
 import { decidePauseFailed, decideRejectConflict, type RecordDecision } from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import type { OutcomeStatus } from '../records/store.js';
@@ -191,17 +191,6 @@ async function sendToDlq(
       new DeleteMessageCommand({ QueueUrl: deps.config.queueUrl, ReceiptHandle: record.receiptHandle }),
     );
   }
-}
-
-/** Tries of a pause before the record is given back (PAUSE_FAILED), and the first wait between them. */
-export const PAUSE_TRIES = 3;
-const PAUSE_BACKOFF_MS = 1_000;
-
-/** The waits between the pause's tries, added up (the worst case counts them). */
-export function pauseBackoffTotalMs(): number {
-  let total = 0;
-  for (let i = 0; i < PAUSE_TRIES - 1; i++) total += PAUSE_BACKOFF_MS * 2 ** i;
-  return total;
 }
 
 /**

@@ -1,10 +1,14 @@
 import { RATE_LIMIT_BACKOFF_MAX_FACTOR } from '../captchaai/answers.js';
 import { resolveTimings, type SolveTimingsOverrides } from '../captchaai/timings.js';
 import { AWS_REQUEST_TIMEOUT_MS, awsCallMs } from '../common/aws-clients.js';
-import { MAPPING_UPDATE_TRIES, MAPPING_UPDATE_WAIT_MS } from '../pipeline/control.js';
+import {
+  MAPPING_UPDATE_TRIES,
+  MAPPING_UPDATE_WAIT_MS,
+  PAUSE_TRIES,
+  pauseBackoffTotalMs,
+} from '../pipeline/control.js';
 import { WRITE_TRIES, writeBackoffTotalMs } from '../records/store.js';
 import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from './config.js';
-import { PAUSE_TRIES, pauseBackoffTotalMs } from './effects.js';
 
 /**
  * THE worst case of one record, in one place: the longest the worker can spend on a record at
