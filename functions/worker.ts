@@ -81,8 +81,14 @@ export function createWorkerDeps(
     stateParameterName: config.pipelineStateParam,
     workerFunctionName: config.functionName,
     queueArn: config.queueArn,
+    timeScale: config.timeScale,
   });
-  const store = new OutcomesStore({ client: clients.ddb, tableName: config.tableName, now });
+  const store = new OutcomesStore({
+    client: clients.ddb,
+    tableName: config.tableName,
+    now,
+    timeScale: config.timeScale,
+  });
   const pipeline: WorkerDeps['pipeline'] = {
     // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
     // resume since its key was read drops that key, so a rotated key is used from the resume on.

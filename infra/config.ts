@@ -40,7 +40,7 @@ export interface ThreadgateConfig {
   readonly captchaaiUrl: string;
   /** Name of the Secrets Manager secret holding the API key (created outside the stack). @default 'threadgate/captchaai-api-key' */
   readonly secretName: string;
-  /** Multiplies every CaptchaAI wait, deadline and HTTP timeout of the client (tests and the local stack use e.g. 0.01). @default 1 */
+  /** Multiplies every CaptchaAI wait, deadline and HTTP timeout of the client; below 1 the worker's waits between tries of an AWS call too, floored at 50 ms (tests and the local stack use e.g. 0.01). @default 1 */
   readonly timeScale: number;
   /** Timeout of each HTTP call to the target form, in ms (real time, not scaled). @default 15000 */
   readonly targetTimeoutMs: number;
@@ -168,7 +168,8 @@ const LOG_RETENTION_DAYS = [
  * The longest one record can keep the worker busy, in ms, at these settings: every call the
  * worker can make for one record (functions/worker/worst-case.ts, where each part is named).
  * CaptchaAI waits scale with `timeScale`; HTTP timeouts are floored in real time as the worker
- * floors them; target timeouts, the cool-down, setup and the AWS calls are real time.
+ * floors them; the waits between AWS tries scale too, floored (functions/common/aws-clients.ts);
+ * the AWS calls' timeouts, target timeouts, the cool-down and setup are real time.
  */
 export function worstCaseAttemptMs(t: Pick<Timings, 'timeScale' | 'targetTimeoutMs' | 'cooldownMs'>): number {
   return worstCaseRecordMs({

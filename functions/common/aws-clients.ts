@@ -15,8 +15,10 @@
 export const AWS_MAX_ATTEMPTS = 1;
 /**
  * Each attempt's own timeout (ms), from the start of the request (the connection included) to its
- * answer. Regional endpoints answer in tens of ms; moto on a busy 2-core machine was seen at
- * 300+ ms, so 2 s fires only on a call that hangs.
+ * answer, at every time scale. Regional endpoints answer in tens of ms; moto on a busy 2-core
+ * machine was seen at 300+ ms, and beyond 1 s while two e2e stacks ran side by side (a 1 s timeout
+ * there crashed and retried records), so 2 s fires only on a call that hangs. Not scaled: the
+ * emulator's latency does not shrink with the local stack's time scale.
  */
 export const AWS_REQUEST_TIMEOUT_MS = 2_000;
 /** Connecting to the endpoint (ms), within the request timeout. */
@@ -26,6 +28,17 @@ export const AWS_CONNECTION_TIMEOUT_MS = 1_000;
  * base delay, 500 ms after a throttle (100 ms otherwise), doubling per retry.
  */
 export const AWS_RETRY_WAIT_MS = 500;
+/** The least wait between the functions' own tries of an AWS call at any time scale (ms). */
+export const MIN_AWS_WAIT_MS = 50;
+
+/**
+ * A wait between two tries of an AWS call (the outcome store's writes, the mapping's
+ * ResourceInUse retries, the pause's tries) at a time scale: `ms` at scale 1 and above, scaled
+ * down with it, never below MIN_AWS_WAIT_MS (nor above `ms`).
+ */
+export function awsWaitMs(ms: number, timeScale = 1): number {
+  return Math.max(Math.min(ms, MIN_AWS_WAIT_MS), Math.round(ms * Math.min(1, timeScale)));
+}
 
 /** The longest one AWS call can take at these options: every attempt at its timeout, the waits between. */
 export function awsCallMs(): number {

@@ -1,5 +1,6 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import { awsWaitMs } from '../common/aws-clients.js';
 import { ThreadgateError } from '../common/errors.js';
 import { clientOf, type LazyClient } from '../common/lazy-client.js';
 
@@ -42,6 +43,8 @@ export interface PipelineControlDeps {
   now?: () => Date;
   /** Waits between ResourceInUse retries; tests pass a fast one. */
   sleep?: (ms: number) => Promise<void>;
+  /** The worker's time scale: the waits between ResourceInUse retries follow it (awsWaitMs). @default 1 */
+  timeScale?: number;
 }
 
 /**
@@ -169,7 +172,7 @@ export class PipelineControl {
       } catch (err) {
         // The mapping answers ResourceInUse while an earlier update is still being applied.
         if ((err as { name?: string }).name === 'ResourceInUseException' && attempt < MAPPING_UPDATE_TRIES) {
-          await this.sleep(MAPPING_UPDATE_WAIT_MS * attempt);
+          await this.sleep(mappingUpdateWaitMs(attempt, this.deps.timeScale));
           continue;
         }
         throw err;
@@ -183,9 +186,19 @@ export const PAUSE_TRIES = 3;
 /** The first wait between two tries; each later wait doubles it. */
 export const PAUSE_BACKOFF_MS = 1_000;
 
+/** The wait after ResourceInUse on the mapping update's try number `attempt` (1-based) at a time scale. */
+export function mappingUpdateWaitMs(attempt: number, timeScale = 1): number {
+  return awsWaitMs(MAPPING_UPDATE_WAIT_MS * attempt, timeScale);
+}
+
+/** The wait after the pause's try number `attempt` (1-based) at a time scale. */
+export function pauseBackoffMs(attempt: number, timeScale = 1): number {
+  return awsWaitMs(PAUSE_BACKOFF_MS * 2 ** (attempt - 1), timeScale);
+}
+
 /** The waits between the pause's tries, added up (the worst case counts them). */
-export function pauseBackoffTotalMs(): number {
+export function pauseBackoffTotalMs(timeScale = 1): number {
   let total = 0;
-  for (let i = 0; i < PAUSE_TRIES - 1; i++) total += PAUSE_BACKOFF_MS * 2 ** i;
+  for (let attempt = 1; attempt < PAUSE_TRIES; attempt++) total += pauseBackoffMs(attempt, timeScale);
   return total;
 }

@@ -7,6 +7,7 @@ import {
   paginateQuery,
   UpdateItemCommand,
 } from '@aws-sdk/client-dynamodb';
+import { awsWaitMs } from '../common/aws-clients.js';
 import { FINAL_STATUSES } from './fields.js';
 
 /**
@@ -76,6 +77,8 @@ export interface OutcomesStoreOptions {
   now?: () => number;
   /** Waits between tries of a write that threw (see WRITE_TRIES). */
   sleep?: (ms: number) => Promise<void>;
+  /** The worker's time scale: the waits between tries follow it (../common/aws-clients.ts awsWaitMs). @default 1 */
+  timeScale?: number;
 }
 
 /**
@@ -86,10 +89,15 @@ export interface OutcomesStoreOptions {
 export const WRITE_TRIES = 4;
 export const WRITE_BACKOFF_MS = 250;
 
+/** The wait after a write's try number `attempt` (1-based) at a time scale. */
+export function writeBackoffMs(attempt: number, timeScale = 1): number {
+  return awsWaitMs(WRITE_BACKOFF_MS * 2 ** (attempt - 1), timeScale);
+}
+
 /** The longest the back-off between WRITE_TRIES tries of one write adds up to. */
-export function writeBackoffTotalMs(): number {
+export function writeBackoffTotalMs(timeScale = 1): number {
   let total = 0;
-  for (let i = 0; i < WRITE_TRIES - 1; i++) total += WRITE_BACKOFF_MS * 2 ** i;
+  for (let attempt = 1; attempt < WRITE_TRIES; attempt++) total += writeBackoffMs(attempt, timeScale);
   return total;
 }
 
@@ -137,9 +145,11 @@ function conditionFailed(err: unknown): err is ConditionalCheckFailedException {
 export class OutcomesStore {
   private readonly now: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
+  private readonly timeScale: number;
 
   constructor(private readonly options: OutcomesStoreOptions) {
     this.now = options.now ?? Date.now;
+    this.timeScale = options.timeScale ?? 1;
     this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
@@ -311,7 +321,7 @@ export class OutcomesStore {
         return await write(attempt > 1);
       } catch (err) {
         if (attempt >= WRITE_TRIES) throw err;
-        await this.sleep(WRITE_BACKOFF_MS * 2 ** (attempt - 1));
+        await this.sleep(writeBackoffMs(attempt, this.timeScale));
       }
     }
   }

@@ -22,18 +22,18 @@ export interface WorkerClients {
 }
 
 export function workerClients(given: WorkerClients = {}): Required<WorkerClients> {
+  const options = awsClientOptions;
   return {
-    ddb: given.ddb ?? new DynamoDBClient(awsClientOptions()),
-    sqs: given.sqs ?? new SQSClient(awsClientOptions()),
-    ssm: given.ssm ?? new SSMClient(awsClientOptions()),
+    ddb: given.ddb ?? new DynamoDBClient(options()),
+    sqs: given.sqs ?? new SQSClient(options()),
+    ssm: given.ssm ?? new SSMClient(options()),
     lambda:
       given.lambda ??
-      lazyClient(async () => new (await import('@aws-sdk/client-lambda')).LambdaClient(awsClientOptions())),
+      lazyClient(async () => new (await import('@aws-sdk/client-lambda')).LambdaClient(options())),
     secrets:
       given.secrets ??
       lazyClient(
-        async () =>
-          new (await import('@aws-sdk/client-secrets-manager')).SecretsManagerClient(awsClientOptions()),
+        async () => new (await import('@aws-sdk/client-secrets-manager')).SecretsManagerClient(options()),
       ),
   };
 }

@@ -2,7 +2,7 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
-import { PAUSE_BACKOFF_MS, PAUSE_TRIES, stopReason } from '../pipeline/control.js';
+import { PAUSE_TRIES, pauseBackoffMs, stopReason } from '../pipeline/control.js';
 import { decidePauseFailed, decideRejectConflict, type RecordDecision } from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import type { OutcomeStatus } from '../records/store.js';
@@ -205,7 +205,7 @@ async function pauseWithTries(deps: WorkerDeps, log: Logger, code: string, reaso
     } catch (err) {
       log.warn('the pause failed', { attempt, ...errorSummary(err) });
       if (attempt >= PAUSE_TRIES) return false;
-      await deps.sleep(PAUSE_BACKOFF_MS * 2 ** (attempt - 1));
+      await deps.sleep(pauseBackoffMs(attempt, deps.config.timeScale));
     }
   }
 }

@@ -3,7 +3,7 @@ import { resolveTimings, type SolveTimingsOverrides } from '../captchaai/timings
 import { AWS_REQUEST_TIMEOUT_MS, awsCallMs } from '../common/aws-clients.js';
 import {
   MAPPING_UPDATE_TRIES,
-  MAPPING_UPDATE_WAIT_MS,
+  mappingUpdateWaitMs,
   PAUSE_TRIES,
   pauseBackoffTotalMs,
 } from '../pipeline/control.js';
@@ -23,7 +23,7 @@ export const DEADLINE_MARGIN_MS = 3_000;
 export const SETUP_MS = 10_000;
 /**
  * One AWS call (a DynamoDB write, a mapping update, an SQS send), its SDK retries included: what
- * the clients' request timeout and attempts allow (../common/aws-clients.ts).
+ * the clients' request timeout and attempts allow (../common/aws-clients.ts), at every time scale.
  */
 export const AWS_CALL_MS = awsCallMs();
 /** Phase-marker writes of one record: a task marker per task (2) and the posting marker. */
@@ -33,16 +33,19 @@ const MARKER_WRITES = 3;
  * the delete. The mapping's UUID is looked up once (ListEventSourceMappings, cached once it
  * answered). Each try: the mapping update, answered ResourceInUse up to MAPPING_UPDATE_TRIES - 1
  * times (an answer, one attempt each, no SDK retry) with its waits, then its last call; the
- * state write.
+ * state write. The waits follow the time scale (awsWaitMs, floored); the calls do not.
  */
-export const STOP_PATH_MS =
-  AWS_CALL_MS +
-  PAUSE_TRIES *
-    ((MAPPING_UPDATE_TRIES - 1) * AWS_REQUEST_TIMEOUT_MS +
-      (MAPPING_UPDATE_WAIT_MS * (MAPPING_UPDATE_TRIES - 1) * MAPPING_UPDATE_TRIES) / 2 +
-      2 * AWS_CALL_MS) +
-  pauseBackoffTotalMs() +
-  2 * AWS_CALL_MS;
+export function stopPathMs(timeScale = 1): number {
+  const call = AWS_CALL_MS;
+  let mappingWaits = 0;
+  for (let attempt = 1; attempt < MAPPING_UPDATE_TRIES; attempt++) {
+    mappingWaits += mappingUpdateWaitMs(attempt, timeScale);
+  }
+  const perTry = (MAPPING_UPDATE_TRIES - 1) * AWS_REQUEST_TIMEOUT_MS + mappingWaits + 2 * call;
+  return call + PAUSE_TRIES * perTry + pauseBackoffTotalMs(timeScale) + 2 * call;
+}
+/** The stop path at time scale 1 (AWS). */
+export const STOP_PATH_MS = stopPathMs();
 
 export interface WorstCaseSettings {
   /** The CaptchaAI timing overrides the worker reads (CAPTCHAAI_* variables); defaults otherwise. */
@@ -97,15 +100,16 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
     );
   }
   const failedSubmits = (t.submitRetries + 1) * 2 * http + backoffs;
-  const keyRotation = 2 * http + AWS_CALL_MS;
+  const call = AWS_CALL_MS;
+  const keyRotation = 2 * http + call;
   // The phase markers and the final write, each WRITE_TRIES tries with the back-off between them.
-  const writes = (MARKER_WRITES + 1) * (WRITE_TRIES * AWS_CALL_MS + writeBackoffTotalMs());
+  const writes = (MARKER_WRITES + 1) * (WRITE_TRIES * call + writeBackoffTotalMs(s.timeScale));
   return {
     setup: SETUP_MS,
     captchaai: 2 * task + failedSubmits + keyRotation,
     priorTask: s.cooldownMs,
-    ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, STOP_PATH_MS),
-    aws: AWS_CALL_MS + writes,
+    ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, stopPathMs(s.timeScale)),
+    aws: call + writes,
     margin: DEADLINE_MARGIN_MS,
   };
 }

@@ -7,7 +7,7 @@ import { readOutcomes } from '../../local/stack/observation.js';
 import { goodRecord } from '../../local/stack/records.js';
 import { feedQueue } from '../../local/stack/run.js';
 import { type CliRun, cliEnv, runCli } from '../fixtures/cli.js';
-import { CAP, E2E, isFinal, startE2eStack, uniquePrefix, waitFor } from './harness.js';
+import { CAP, E2E, isFinal, sharedE2eStack, uniquePrefix, waitFor } from './harness.js';
 import { e2eTarget } from './target.js';
 
 /**
@@ -65,7 +65,7 @@ function pythonWait(
 
 describe.skipIf(e2eTarget() !== 'moto')('cancel one batch (deployed local stack)', () => {
   beforeAll(async () => {
-    stack = await startE2eStack('cancel');
+    stack = await sharedE2eStack('cancel');
   }, 600_000);
   afterAll(async () => {
     await stack?.stop();

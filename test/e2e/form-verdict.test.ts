@@ -9,7 +9,7 @@ import {
   dlqCount,
   logText,
   outcomesOf,
-  startE2eStack,
+  sharedE2eStack,
   TOKEN_PATTERN,
   uniquePrefix,
   waitFor,
@@ -28,7 +28,7 @@ import { e2eTarget } from './target.js';
 let stack: LocalStack;
 
 beforeAll(async () => {
-  stack = await startE2eStack('form-verdict');
+  stack = await sharedE2eStack('form-verdict');
 }, 600_000);
 afterAll(async () => {
   await stack?.stop();

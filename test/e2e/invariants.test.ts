@@ -111,21 +111,25 @@ describe(`e2e: threadgate deployed to ${TARGET.target}`, () => {
       );
       const whileShrunk = stack.captcha.stats();
 
-      // Act 2: the plan grows to 12 threads → cap 10.
+      // Act 2: the plan grows to 12 threads → cap 10. A backlog of its own, sent once the cap is
+      // raised: the first one may have drained at cap 2 while the adjuster's tick was awaited.
       stack.captcha.setThreads(12);
       await waitFor(
         'the adjuster to raise the cap',
         async () => (await deployedCap(stack)) === 12 - E2E.reserve,
       );
+      await feeding;
       stack.captcha.resetStats();
+      const grownBodies = generatedRecords(stack.site.url, stack.site.sitekey, 40, uniquePrefix('grow'));
+      const grownFeeding = feedQueue(stack, stack.outputs.QueueUrl, grownBodies);
       await waitFor(
         'in flight to rise above the old cap',
         () => stack.captcha.stats().inFlight > 4 - E2E.reserve,
       );
-      await waitFor('every record', async () => allFinished(stack, bodies), {
+      await grownFeeding;
+      await waitFor('every record', async () => allFinished(stack, [...bodies, ...grownBodies]), {
         timeoutMs: 240_000,
       });
-      await feeding;
       const whileGrown = stack.captcha.stats();
 
       // Assess

@@ -7,6 +7,8 @@ import {
   AWS_MAX_ATTEMPTS,
   AWS_REQUEST_TIMEOUT_MS,
   awsClientOptions,
+  awsWaitMs,
+  MIN_AWS_WAIT_MS,
 } from '../../../functions/common/aws-clients.js';
 
 /**
@@ -42,6 +44,14 @@ describe('awsClientOptions', () => {
       },
     });
     expect(AWS_CONNECTION_TIMEOUT_MS).toBeLessThanOrEqual(AWS_REQUEST_TIMEOUT_MS);
+  });
+
+  it('scales the waits between tries the same way, floored at MIN_AWS_WAIT_MS and never above the wait itself', () => {
+    expect(awsWaitMs(1_000)).toBe(1_000);
+    expect(awsWaitMs(1_000, 0.5)).toBe(500);
+    expect(awsWaitMs(1_000, 0.01)).toBe(MIN_AWS_WAIT_MS);
+    expect(awsWaitMs(20, 0.01)).toBe(20);
+    expect(awsWaitMs(1_000, 4)).toBe(1_000);
   });
 
   it('gives up a call to an endpoint that never answers after its attempts, each cut at the request timeout', async () => {

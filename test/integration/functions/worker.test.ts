@@ -6,6 +6,7 @@ import { DeleteMessageCommand, GetQueueAttributesCommand, type Message } from '@
 import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pauseBackoffMs } from '../../../functions/pipeline/control.js';
 import { OutcomesStore } from '../../../functions/records/store.js';
 import { processBatch } from '../../../functions/worker/batch-loop.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
@@ -1195,7 +1196,8 @@ describe('worker against moto and the stand-ins', () => {
         captcha.setKeyRevoked(false);
       }
       // Assess
-      expect(slept).toEqual([1_000, 2_000]);
+      // The pause's back-off (1 s, then 2 s at time scale 1) at the test's time scale.
+      expect(slept).toEqual([pauseBackoffMs(1, TEST_TIME_SCALE), pauseBackoffMs(2, TEST_TIME_SCALE)]);
       expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe(paused ? 'Disabled' : 'Enabled');
       expect((await s.store.get(key))?.status).toBe(paused ? 'stopped' : 'in_progress');
       expect(out.batchItemFailures).toHaveLength(paused ? 0 : 1);

@@ -12,6 +12,7 @@ import {
   DEADLINE_MARGIN_MS,
   SETUP_MS,
   STOP_PATH_MS,
+  stopPathMs,
   worstCaseParts,
   worstCaseRecordMs,
 } from '../../../../functions/worker/worst-case.js';
@@ -44,6 +45,20 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     const parts = worstCaseParts({ ...BASE, timeScale: 0.01 });
     const http = MIN_CAPTCHAAI_HTTP_TIMEOUT_MS;
     expect(parts.captchaai).toBe(2 * (2 * http + 1_200) + 3 * 2 * http + 400 + 400 + 2 * http + AWS_CALL_MS);
+  });
+
+  it('scales the waits between AWS tries with the time scale, floored at 50 ms, but not the calls’ timeouts', () => {
+    // Prepare: at 0.01 every call is allowed its full timeout, every wait its 50 ms floor.
+    const call = AWS_CALL_MS;
+    // Act
+    const parts = worstCaseParts({ ...BASE, timeScale: 0.01, targetTimeoutMs: 1_000, cooldownMs: 0 });
+    // Assess
+    expect(parts.aws).toBe(call + 4 * (WRITE_TRIES * call + 3 * 50));
+    expect(stopPathMs(0.01)).toBe(
+      call + 3 * (4 * AWS_REQUEST_TIMEOUT_MS + 4 * 50 + 2 * call) + 2 * 50 + 2 * call,
+    );
+    expect(parts.ending).toBe(stopPathMs(0.01));
+    expect(stopPathMs(1)).toBe(STOP_PATH_MS);
   });
 
   it.each([
