@@ -144,7 +144,7 @@ export function summaryText(s: RunSummary): string {
     `records        ${s.records}${s.complete ? '' : ' (not all finished)'}`,
     `outcomes       ${countsText(s.outcomes)}`,
     `dlq            ${s.dlq}${dlqReasons}`,
-    `target refused ${countsText(s.target_rejections)} (form POSTs the target stand-in answered 4xx/5xx)`,
+    `target refused ${countsText(s.target_rejections)} (form POSTs the target stand-in refused, with a 4xx/5xx or a 200 error page)`,
     s.captcha_submits === null
       ? 'captcha submits not counted (an external CaptchaAI server)'
       : `captcha submits ${s.captcha_submits} (in.php, counted by the stand-in)`,
