@@ -29,7 +29,21 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
 
 export const SOLVE_TIMES_PARTITION = 'solve-times';
 
-/** The exchange's defaults (unscaled ms; the worker multiplies `everyMs` by its time scale). */
+/**
+ * The least time between two exchanges of one environment, in real ms, at any time scale. An
+ * exchange is a PutItem per type and a Query of the whole partition (up to 32 × 4 items of about
+ * 1 KB), whose cost is real time, not CaptchaAI time: scaled down with the local stack's 0.01, one
+ * came beside every record, and moto spent about 160 ms of its one Python thread on each Query,
+ * most of what it served in the e2e suite and the load run. At time scale 1 the period is 15 s.
+ */
+export const MIN_EXCHANGE_EVERY_MS = 5_000;
+
+/** The worker's period between two exchanges at a time scale: `everyMs` scaled, never below MIN_EXCHANGE_EVERY_MS. */
+export function exchangeEveryMs(timeScale: number): number {
+  return Math.max(MIN_EXCHANGE_EVERY_MS, SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs * timeScale);
+}
+
+/** The exchange's defaults (unscaled ms; the worker scales `everyMs` with exchangeEveryMs). */
 export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
   everyMs: 15_000,
   maxAgeMs: 600_000,

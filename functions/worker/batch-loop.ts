@@ -89,7 +89,7 @@ export async function processBatch(
         continue;
       }
       if (own) chained++;
-      // Beside the record, when due (at most every 15 s, scaled): a chain runs for minutes, so
+      // Beside the record, when due (at most every 15 s, scaled, never below 5 s): a chain runs for minutes, so
       // an exchange only at the invocation's start would leave the environment learning alone.
       const exchanged = deps.exchangeSolveTimes?.();
       if (exchanged) exchanges.push(exchanged);

@@ -9,7 +9,7 @@ import {
   type PollSchedule,
 } from '../captchaai/poll-schedule.js';
 import { resolveTimings } from '../captchaai/timings.js';
-import { SOLVE_TIME_EXCHANGE_DEFAULTS, SolveTimeExchange } from '../pipeline/solve-time-exchange.js';
+import { exchangeEveryMs, SolveTimeExchange } from '../pipeline/solve-time-exchange.js';
 import type { WorkerConfig } from './config.js';
 
 /**
@@ -52,7 +52,7 @@ function solveTimeExchange(
     tableName: config.solveTimesTable,
     environment: randomUUID(),
     schedule: pollSchedule,
-    everyMs: SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs * config.timeScale,
+    everyMs: exchangeEveryMs(config.timeScale),
     now,
   });
   return () =>

@@ -2,6 +2,8 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
 import {
   CLOCK_SKEW_MS,
+  exchangeEveryMs,
+  MIN_EXCHANGE_EVERY_MS,
   readSharedItem,
   SOLVE_TIME_EXCHANGE_DEFAULTS,
 } from '../../../../functions/pipeline/solve-time-exchange.js';
@@ -17,6 +19,15 @@ const item = (
   updated_at: { N: String(o.updatedAt ?? NOW - 1_000) },
 });
 const read = (i: Record<string, AttributeValue>) => readSharedItem(i, NOW, SOLVE_TIME_EXCHANGE_DEFAULTS);
+
+describe("exchangeEveryMs: the worker's period between two exchanges", () => {
+  it('is 15 s at time scale 1, scaled below it, and never below the real-time floor', () => {
+    expect(exchangeEveryMs(1)).toBe(SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs);
+    expect(exchangeEveryMs(0.5)).toBe(7_500);
+    expect(exchangeEveryMs(0.01)).toBe(MIN_EXCHANGE_EVERY_MS);
+    expect(exchangeEveryMs(0.2)).toBe(MIN_EXCHANGE_EVERY_MS);
+  });
+});
 
 describe('readSharedItem: what one shared item may carry', () => {
   it('reads an item an environment of this stack wrote', () => {
