@@ -6,6 +6,7 @@ import {
   GetItemCommand,
   paginateQuery,
   UpdateItemCommand,
+  type UpdateItemCommandOutput,
 } from '@aws-sdk/client-dynamodb';
 import { awsWaitMs } from '../common/aws-clients.js';
 import { FINAL_STATUSES } from './fields.js';
@@ -164,50 +165,66 @@ export class OutcomesStore {
     return rowFrom(out.Item);
   }
 
-  /** Takes the record for `leaseMs`. See the class comment for when that is allowed. */
+  /**
+   * Takes the record for `leaseMs`. See the class comment for when that is allowed. A claim that
+   * throws (a timeout, a 5xx) is tried like the other writes (WRITE_TRIES, withTries): its try may
+   * have landed with its answer lost, so every try also takes a row this `owner` already holds.
+   * Such a row is the landed try's: it kept the earlier claim's phase markers (a claim never
+   * touches them), so as `previous` it tells decidePriorPhase what the row it replaced told. One
+   * lease end and one `now` serve every try, so whichever try landed set the same lease. Without
+   * the tries a lost answer would crash the record and its redelivery would meet its own claim as
+   * another owner's, waiting out the whole lease.
+   */
   async claim(
     recordKey: string,
     claim: { owner: string; leaseMs: number; captchaType: string; batchId?: string },
   ): Promise<ClaimResult> {
     const now = this.now();
     const leaseExpiresAt = now + claim.leaseMs;
-    try {
-      const out = await this.options.client.send(
-        new UpdateItemCommand({
-          TableName: this.options.tableName,
-          Key: { record_key: s(recordKey) },
-          ConditionExpression:
-            'attribute_not_exists(record_key) OR #status = :stopped OR (#status = :in_progress AND lease_expires_at < :now)',
-          UpdateExpression:
-            'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
-            `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
-              claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
-            } REMOVE reason, target_status, solve_ms, expect_rule`,
-          ExpressionAttributeNames: { '#status': 'status' },
-          ExpressionAttributeValues: {
-            ':stopped': s('stopped'),
-            ':in_progress': s('in_progress'),
-            ':now': n(now),
-            ':owner': s(claim.owner),
-            ':expires': n(leaseExpiresAt),
-            ':type': s(claim.captchaType),
-            ':iso': s(new Date(now).toISOString()),
-            ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
-          },
-          // The row before the claim: its phase markers say what an earlier claim left behind.
-          ReturnValues: 'ALL_OLD',
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
-      );
-      const previous = rowFrom(out.Attributes);
-      return previous ? { claimed: true, leaseExpiresAt, previous } : { claimed: true, leaseExpiresAt };
-    } catch (err) {
-      if (!conditionFailed(err)) throw err;
-      const row = await this.existingRow(recordKey, err);
+    const input = {
+      TableName: this.options.tableName,
+      Key: { record_key: s(recordKey) },
+      ConditionExpression:
+        'attribute_not_exists(record_key) OR #status = :stopped OR ' +
+        '(#status = :in_progress AND (lease_expires_at < :now OR lease_owner = :owner))',
+      UpdateExpression:
+        'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
+        `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
+          claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
+        } REMOVE reason, target_status, solve_ms, expect_rule`,
+      ExpressionAttributeNames: { '#status': 'status' },
+      ExpressionAttributeValues: {
+        ':stopped': s('stopped'),
+        ':in_progress': s('in_progress'),
+        ':now': n(now),
+        ':owner': s(claim.owner),
+        ':expires': n(leaseExpiresAt),
+        ':type': s(claim.captchaType),
+        ':iso': s(new Date(now).toISOString()),
+        ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
+      },
+      // The row before the claim: its phase markers say what an earlier claim left behind.
+      ReturnValues: 'ALL_OLD',
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    } as const;
+    // A conditional refusal is an answer, not a failed try.
+    type Answer = { out: UpdateItemCommandOutput } | { refused: ConditionalCheckFailedException };
+    const answer = await this.withTries(async (): Promise<Answer> => {
+      try {
+        return { out: await this.options.client.send(new UpdateItemCommand(input)) };
+      } catch (err) {
+        if (conditionFailed(err)) return { refused: err };
+        throw err;
+      }
+    });
+    if ('refused' in answer) {
+      const row = await this.existingRow(recordKey, answer.refused);
       // No row at all now (deleted since the check failed): `leased`, so the message is retried
       // and its next claim finds the record free, rather than being dropped as finished.
       return { claimed: false, why: row && FINISHED.has(row.status) ? 'finished' : 'leased', row };
     }
+    const previous = rowFrom(answer.out.Attributes);
+    return previous ? { claimed: true, leaseExpiresAt, previous } : { claimed: true, leaseExpiresAt };
   }
 
   /** The final write (or `stopped`), only while `owner` still holds the claim. */

@@ -102,14 +102,15 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
   const failedSubmits = (t.submitRetries + 1) * 2 * http + backoffs;
   const call = AWS_CALL_MS;
   const keyRotation = 2 * http + call;
-  // The phase markers and the final write, each WRITE_TRIES tries with the back-off between them.
-  const writes = (MARKER_WRITES + 1) * (WRITE_TRIES * call + writeBackoffTotalMs(s.timeScale));
+  // The claim, the phase markers and the final write, each WRITE_TRIES tries with the back-off
+  // between them (../records/store.ts).
+  const writes = (MARKER_WRITES + 2) * (WRITE_TRIES * call + writeBackoffTotalMs(s.timeScale));
   return {
     setup: SETUP_MS,
     captchaai: 2 * task + failedSubmits + keyRotation,
     priorTask: s.cooldownMs,
     ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, stopPathMs(s.timeScale)),
-    aws: call + writes,
+    aws: writes,
     margin: DEADLINE_MARGIN_MS,
   };
 }

@@ -1,14 +1,15 @@
-import { CreateTableCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import { CreateTableCommand, DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { PutSecretValueCommand } from '@aws-sdk/client-secrets-manager';
 import { DeleteMessageCommand, type Message, SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { awsClientOptions } from '../../../functions/common/aws-clients.js';
 import { OutcomesStore } from '../../../functions/records/store.js';
 import { processBatch } from '../../../functions/worker/batch-loop.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
 import { createWorkerDeps } from '../../../functions/worker.js';
-import { addAwsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
+import { addAwsFaults, awsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
 import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import type { CaptchaStandin } from '../../../local/standins/captchaai/standin.js';
 import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
@@ -374,5 +375,43 @@ describe('the seven paths, on the wire', () => {
     expect(inPhpTimes(b)).toEqual([]);
     const back = await receive(clients.sqs, s.res.queueUrl, 10);
     expect(back.map((m) => JSON.parse(m.Body!).record_key)).toContain(b);
+  }, 30_000);
+});
+
+describe('a claim whose answer is lost, on the wire', () => {
+  it('is tried again and finds its own landed claim: the record is worked in the same invocation, one task, one POST', async () => {
+    // Prepare: the record's claim lands at moto and its answer is a 500; the worker's DynamoDB
+    // client makes one attempt per call, as the functions' clients do.
+    const s = await setup();
+    const a = newKey('claim-lost');
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await addAwsFaults(moto.endpoint, [
+      {
+        operation: 'UpdateItem',
+        key: { record_key: a },
+        contains: ['attribute_not_exists(record_key)'],
+        apply: true,
+      },
+    ]);
+    const ddb = new DynamoDBClient({
+      endpoint: moto.endpoint,
+      region: MOTO_REGION,
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+      ...awsClientOptions(),
+    });
+    // Act
+    const out = await invoke(
+      s,
+      s.instance({ store: new OutcomesStore({ client: ddb, tableName: s.res.tableName }) }),
+      event,
+    );
+    // Assess: nothing retried (no crash, no wait for its own lease); one task and one POST landed.
+    expect(out.batchItemFailures).toEqual([]);
+    const [rule] = await awsFaults(moto.endpoint);
+    expect(rule).toMatchObject({ seen: 2, failed: 1 });
+    expect((await s.store.get(a))?.status).toBe('submitted');
+    expect(tasksOf(a)).toHaveLength(1);
+    expect(target.stats().accepted[new URL(pageurlOf(a)).pathname]).toBe(1);
   }, 30_000);
 });

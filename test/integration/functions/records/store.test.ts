@@ -6,7 +6,10 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { awsClientOptions } from '../../../../functions/common/aws-clients.js';
+import { decidePriorPhase } from '../../../../functions/records/decisions.js';
 import { OutcomesStore, WRITE_TRIES } from '../../../../functions/records/store.js';
+import { addAwsFaults, awsFaults, clearAwsFaults } from '../../../../local/emulator/fault-client.js';
 import { MOTO_REGION, type MotoServer } from '../../../../local/emulator/moto.js';
 import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from '../../../fixtures/aws.js';
 
@@ -33,11 +36,34 @@ const lease = { leaseMs: 60_000, captchaType: 'recaptcha_v2' };
 
 /** A client of its own for moto, so a test can add a middleware to it. */
 function motoDdb(): DynamoDBClient {
-  return new DynamoDBClient({
+  return new DynamoDBClient(motoConfig());
+}
+
+/**
+ * A store whose client makes one attempt per call (as the functions' clients do), after a fault
+ * rule that lets `k`'s next claim land at moto and replaces its answer with a 500.
+ */
+async function loseNextClaimAnswer(k: string): Promise<OutcomesStore> {
+  await addAwsFaults(moto.endpoint, [
+    { operation: 'UpdateItem', key: { record_key: k }, contains: [CLAIM_CONDITION], apply: true },
+  ]);
+  return new OutcomesStore({
+    client: new DynamoDBClient({ ...motoConfig(), ...awsClientOptions() }),
+    tableName,
+    now: () => clock,
+    sleep: async () => undefined,
+  });
+}
+
+/** Text only a claim's request carries. */
+const CLAIM_CONDITION = 'attribute_not_exists(record_key)';
+
+function motoConfig() {
+  return {
     endpoint: moto.endpoint,
     region: MOTO_REGION,
     credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
-  });
+  };
 }
 
 describe('outcomes store (moto DynamoDB)', () => {
@@ -162,6 +188,65 @@ describe('outcomes store (moto DynamoDB)', () => {
         posting_at: clock - 60_001,
       },
     });
+  });
+
+  it('tries a claim whose answer was lost after it landed, and takes the row its own landed try holds', async () => {
+    // Prepare: the first claim reaches moto and lands; its answer is a 500 (one attempt per call,
+    // as the functions' clients make).
+    const k = key();
+    const lossy = await loseNextClaimAnswer(k);
+    try {
+      // Act
+      const claim = await lossy.claim(k, { owner: 'a', ...lease });
+      // Assess: claimed by its second try; the lost try had landed, the lease is the one lease end.
+      const [rule] = await awsFaults(moto.endpoint);
+      expect(rule).toMatchObject({ seen: 2, failed: 1 });
+      expect(claim).toMatchObject({ claimed: true, leaseExpiresAt: clock + lease.leaseMs });
+      expect(await store.get(k)).toMatchObject({
+        status: 'in_progress',
+        lease_owner: 'a',
+        lease_expires_at: clock + lease.leaseMs,
+      });
+      // Another owner is still refused while that lease is live.
+      expect(await store.claim(k, { owner: 'b', ...lease })).toMatchObject({ claimed: false, why: 'leased' });
+    } finally {
+      await clearAwsFaults(moto.endpoint);
+    }
+  });
+
+  it('keeps the earlier claim’s markers in `previous` when a takeover’s answer was lost after it landed', async () => {
+    // Prepare: owner a's claim with a task and posting marker, its lease expired; b's takeover
+    // lands but its answer is lost.
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    await store.markSubmitted(k, 'a', { taskId: '7101', submittedAt: clock, attempts: 1 });
+    await store.markPosting(k, 'a');
+    const markedAt = clock;
+    clock += 60_001;
+    const lossy = await loseNextClaimAnswer(k);
+    try {
+      // Act
+      const takeover = await lossy.claim(k, { owner: 'b', ...lease });
+      // Assess: the markers a left still say what decidePriorPhase must know (it posted).
+      expect(takeover).toMatchObject({
+        claimed: true,
+        previous: {
+          status: 'in_progress',
+          task_id: '7101',
+          task_submitted_at: markedAt,
+          posting_at: markedAt,
+        },
+      });
+      expect(
+        decidePriorPhase(takeover.claimed ? takeover.previous : undefined, {
+          now: clock,
+          deadlineMs: 120_000,
+          cooldownMs: 60_000,
+        }).kind,
+      ).toBe('posted');
+    } finally {
+      await clearAwsFaults(moto.endpoint);
+    }
   });
 
   it('writes the phase markers only while the owner holds the claim', async () => {
