@@ -135,12 +135,38 @@ function resPhpPerTask(events: LoggedCaptchaEvent[]): ChaosFigures['resPhpPerTas
   };
 }
 
+/**
+ * The first moment the stand-in counted more tasks than the cap, and the tasks holding threads
+ * then (record, task, ms since its in.php, its res.php calls): what an operator needs to tell
+ * which path let the extra task in.
+ */
+export function firstOverCap(events: LoggedCaptchaEvent[], cap: number): string {
+  const live = new Map<string, { record: string; t: number; polls: number }>();
+  for (const e of events) {
+    if (e.kind === 'in.php' && e.taskId !== undefined)
+      live.set(e.taskId, { record: e.record, t: e.t, polls: 0 });
+    else if (e.kind === 'res.php') {
+      const task = live.get(e.taskId);
+      if (task) task.polls += 1;
+    } else if (e.kind === 'task-end') live.delete(e.taskId);
+    if (e.inFlight > cap) {
+      const tasks = [...live.entries()].map(
+        ([id, task]) => `${task.record} (task ${id}, ${e.t - task.t} ms, ${task.polls} res.php)`,
+      );
+      return `first at ${new Date(e.t).toISOString()} on the ${e.kind} of ${e.record}; holding threads: ${tasks.join(', ')}`;
+    }
+  }
+  return 'the moment is not in the log';
+}
+
 export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
   const { keys, cap } = evidence;
   const violations: string[] = [];
   const maxThreadsHeld = evidence.captcha.reduce((m, e) => Math.max(m, e.inFlight), 0);
   if (maxThreadsHeld > cap)
-    violations.push(`tasks holding threads reached ${maxThreadsHeld}, above the cap of ${cap}`);
+    violations.push(
+      `tasks holding threads reached ${maxThreadsHeld}, above the cap of ${cap}; ${firstOverCap(evidence.captcha, cap)}`,
+    );
 
   const { inPhp, overlaps, early, lost } = submits(evidence);
   if (overlaps.length)

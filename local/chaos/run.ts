@@ -10,7 +10,12 @@ import { computeCap } from '../../functions/pipeline/cap-policy.js';
 import { REPO_ROOT } from '../emulator/deploy.js';
 import { addAwsFaults, awsFaults } from '../emulator/fault-client.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../runtime/child-process.js';
-import { type LocalStack, localRuntimeOptions, startLocalStack } from '../stack/local-stack.js';
+import {
+  type LocalStack,
+  localCooldownMs,
+  localRuntimeOptions,
+  startLocalStack,
+} from '../stack/local-stack.js';
 import { queueDepth, readDlq, readOutcomes } from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
@@ -199,7 +204,7 @@ async function judge(
     cap,
     // The deployed timings at this time scale (local/stack/local-stack.ts localSettings).
     deadlineMs: DEFAULT_TIMINGS.deadlineMs * o.timeScale,
-    cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
+    cooldownMs: localCooldownMs(o.timeScale),
     captcha: stack.captcha.events(0).entries,
     target: stack.site.events(0).entries,
     rows: new Map(rows.map((r) => [r.record_key, { status: r.status, reason: r.reason }])),

@@ -6,6 +6,7 @@ import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
+import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { ConfigError } from '../../functions/common/errors.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { computeCap } from '../../functions/pipeline/cap-policy.js';
@@ -23,7 +24,12 @@ import { type MotoServer, startMoto } from '../emulator/moto.js';
 import { checkLocalStack } from '../localstack/health.js';
 import { deployToLocalStack, localStackSettings, localStackTargetConfig } from '../localstack/target.js';
 import { LocalRuntime, type LocalRuntimeOptions, type RuntimeEvent } from '../runtime/local-runtime.js';
-import { type CaptchaStandin, type FaultRates, startCaptchaStandin } from '../standins/captchaai/standin.js';
+import {
+  ABANDON_AFTER_MS,
+  type CaptchaStandin,
+  type FaultRates,
+  startCaptchaStandin,
+} from '../standins/captchaai/standin.js';
 import { startTargetStandin, type TargetStandin } from '../standins/target.js';
 import { type ExternalCaptchaai, planThreadsOf } from './captchaai.js';
 import { newRunDir } from './run-dirs.js';
@@ -118,6 +124,18 @@ export type AnyLocalStack = LocalStack<CaptchaStandin | undefined>;
  */
 export const LEASE_MARGIN_SECONDS = 5;
 
+/**
+ * The worker's cool-down on the local stack (ms, scaled): a task the worker gave up on at its
+ * deadline holds its thread at the CaptchaAI stand-in until ABANDON_AFTER_MS after its in.php,
+ * so the slot is kept that long (180 s at time scale 1; the stack default of 60 s would let the
+ * slot's next task in beside it: cap + 1). On AWS `cooldownMs` is the operator's reading of how
+ * long their provider keeps such a task (docs/configuration.md).
+ */
+export function localCooldownMs(timeScale: number): number {
+  const beyondDeadline = ABANDON_AFTER_MS - DEFAULT_TIMINGS.deadlineMs;
+  return Math.round(Math.max(DEFAULTS.cooldownMs, beyondDeadline) * timeScale);
+}
+
 /** The stack settings the local stack deploys with (stand-in URL and the time-scaled waits). */
 export function localSettings(o: {
   threads: number;
@@ -139,9 +157,9 @@ export function localSettings(o: {
     }),
     allowedHosts: o.allowedHosts ?? ['127.0.0.1', 'localhost'],
     captchaaiUrl: o.captchaaiUrl,
-    // Loopback targets answer at once; the cool-down after a deadline is scaled like the deadline.
+    // Loopback targets answer at once.
     targetTimeoutMs: 5000,
-    cooldownMs: Math.round(DEFAULTS.cooldownMs * o.timeScale),
+    cooldownMs: localCooldownMs(o.timeScale),
     ...o.extra,
   };
   // A runtime killed on purpose (the crash and chaos runs) leaves its messages invisible for the

@@ -44,6 +44,14 @@ export { DEFAULT_LATENCY } from './types.js';
  * types.ts (the contract). It may import functions/captchaai/ (CaptchaAI's types and timings)
  * and ../hostile-reply.ts.
  */
+/**
+ * How long after its in.php a task that never finishes keeps its thread at the stand-in (ms at
+ * time scale 1), unless a test sets `abandonAfterMs`. CaptchaAI publishes no such figure (it has
+ * no cancel call, and a task given up on "may still hold a thread for a while"); the local stack
+ * sets the worker's cool-down to cover it (local/stack/local-stack.ts localCooldownMs).
+ */
+export const ABANDON_AFTER_MS = 300_000;
+
 export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaStandin> {
   checkCount('threads', o.threads);
   if (typeof o.apiKey !== 'string' || o.apiKey === '') throw new RangeError('apiKey is required');
@@ -80,7 +88,7 @@ export async function startCaptchaStandin(o: StandinOptions): Promise<CaptchaSta
     random,
     timeScale,
     latency,
-    abandonAfterMs: (o.abandonAfterMs ?? 300_000) * timeScale,
+    abandonAfterMs: (o.abandonAfterMs ?? ABANDON_AFTER_MS) * timeScale,
     taskIdAs: o.taskIdAs ?? 'mixed',
   });
   const control = createControl(model, faults, lost, latency);

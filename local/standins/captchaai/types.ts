@@ -55,7 +55,7 @@ export interface StandinOptions {
   faults?: Partial<FaultRates>;
   /** in.php answers lost after the task was created (wire.ts). @default none */
   lostAnswers?: LostAnswerFaults;
-  /** A never-finishing task releases its thread after this (scaled). @default 300000 */
+  /** A never-finishing task releases its thread after this (scaled). @default ABANDON_AFTER_MS */
   abandonAfterMs?: number;
   /** Delay of a `slow` answer (scaled). @default 20000 */
   slowMs?: number;

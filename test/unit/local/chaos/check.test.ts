@@ -82,7 +82,7 @@ describe('chaos checker', () => {
     e.logText = 'oops the-api-key-0123456789';
     const { violations } = checkChaos(e);
     expect(violations).toEqual([
-      'tasks holding threads reached 3, above the cap of 2',
+      `tasks holding threads reached 3, above the cap of 2; first at ${new Date(7).toISOString()} on the in.php of a; holding threads: a (task 1, 6 ms, 0 res.php), b (task 2, 5 ms, 0 res.php), a (task 9, 0 ms, 0 res.php)`,
       'a record submitted while its earlier task held a thread: a (task 9 beside 1)',
       "a record submitted again before its task's deadline: a (6 ms after task 1, 1000 ms needed)",
       'more than one form POST: a ×2',
