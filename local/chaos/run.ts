@@ -16,7 +16,7 @@ import {
   localRuntimeOptions,
   startLocalStack,
 } from '../stack/local-stack.js';
-import { queueDepth, readDlq, readOutcomes } from '../stack/observation.js';
+import { queueDepth, readDlq, readOutcomes, readOutcomesOf, STATUS_FIELDS } from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
 import { type ChaosVerdict, checkChaos } from './check.js';
@@ -109,7 +109,7 @@ async function ended(stack: LocalStack, bodies: string[], startedAt: number): Pr
 
 async function unfinished(stack: LocalStack, bodies: string[], keys: string[]): Promise<string[]> {
   const final = new Set(
-    (await readOutcomes(stack))
+    [...(await readOutcomesOf(stack, keys, STATUS_FIELDS)).values()]
       .filter((r) => ['submitted', 'failed', 'rejected'].includes(r.status))
       .map((r) => r.record_key),
   );

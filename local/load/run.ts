@@ -180,7 +180,8 @@ async function waitForLoad(
 ): Promise<boolean> {
   const { log } = run;
   for (;;) {
-    // progressOf Scans the whole table: every 10 s, not more (the emulator serves the run too).
+    // progressOf reads every unfinished key of the run (BatchGetItem): every 10 s, not more (the
+    // emulator serves the run too).
     for (let i = 0; i < 5; i++) {
       await sleep(2000);
       if (feed.error) throw feed.error;

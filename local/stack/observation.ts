@@ -4,9 +4,10 @@ import {
   type MessageAttributeValue,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { paginateScan } from '@aws-sdk/lib-dynamodb';
+import { BatchGetCommand, paginateScan } from '@aws-sdk/lib-dynamodb';
 import { readCap } from '../../functions/pipeline/cap-policy.js';
 import { isCancelKey } from '../../functions/records/cancellations.js';
+import { isFinalStatus } from '../../functions/records/store.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
@@ -55,15 +56,80 @@ export async function queueDepth(
   };
 }
 
-/** Every outcome row (a Scan: the local tables are small). */
-export async function readOutcomes(stack: Pick<LocalStack, 'documents' | 'outputs'>): Promise<OutcomeRow[]> {
+/** What progress counts read of a row: a projection costs the emulator a fraction of a whole row. */
+export const STATUS_FIELDS = ['record_key', 'status', 'reason'] as const;
+
+/** A projection of `fields` (`status` is a reserved word, so every name goes through a placeholder). */
+function projection(fields: readonly string[] | undefined) {
+  if (!fields) return {};
+  return {
+    ProjectionExpression: fields.map((_, i) => `#f${i}`).join(', '),
+    ExpressionAttributeNames: Object.fromEntries(fields.map((f, i) => [`#f${i}`, f])),
+  };
+}
+
+/**
+ * Every outcome row (a Scan), or only `fields` of each. A long-lived stack (a shared e2e stack,
+ * `local --keep`) holds every earlier run's rows too: to follow a run, read its keys with
+ * readOutcomesOf instead.
+ */
+export async function readOutcomes(
+  stack: Pick<LocalStack, 'documents' | 'outputs'>,
+  fields?: readonly string[],
+): Promise<OutcomeRow[]> {
   const rows: OutcomeRow[] = [];
   for await (const page of paginateScan(
     { client: stack.documents },
-    { TableName: stack.outputs.TableName },
+    { TableName: stack.outputs.TableName, ...projection(fields) },
   )) {
     // A batch cancel is an item of the table, not a row (functions/records/cancellations.ts).
     rows.push(...((page.Items ?? []) as OutcomeRow[]).filter((r) => !isCancelKey(r.record_key)));
+  }
+  return rows;
+}
+
+/** Final rows already read, per table and projection: a final status never changes (conditional writes). */
+const finalRows = new Map<string, Map<string, OutcomeRow>>();
+/** BatchGetItem takes at most 100 keys per call. */
+const BATCH_GET_KEYS = 100;
+
+/**
+ * The rows of these keys (absent keys have no row), or only `fields` of each: BatchGetItem, 100
+ * keys a call, consistent reads, so the cost follows the keys asked for, not the table's size.
+ * A row once final is not read again. Polled by progress loops: a Scan of a table of thousands
+ * of rows costs moto's one Python thread seconds per call.
+ */
+export async function readOutcomesOf(
+  stack: Pick<LocalStack, 'documents' | 'outputs'>,
+  keys: Iterable<string>,
+  fields?: readonly string[],
+): Promise<Map<string, OutcomeRow>> {
+  const table = stack.outputs.TableName;
+  const cacheKey = `${table}|${fields?.join(',') ?? '*'}`;
+  const known = finalRows.get(cacheKey) ?? new Map<string, OutcomeRow>();
+  finalRows.set(cacheKey, known);
+  const rows = new Map<string, OutcomeRow>();
+  const wanted: string[] = [];
+  for (const key of new Set(keys)) {
+    const row = known.get(key);
+    if (row) rows.set(key, row);
+    else if (!isCancelKey(key)) wanted.push(key);
+  }
+  for (let i = 0; i < wanted.length; i += BATCH_GET_KEYS) {
+    let Keys: Record<string, unknown>[] = wanted.slice(i, i + BATCH_GET_KEYS).map((k) => ({ record_key: k }));
+    for (let round = 0; Keys.length > 0; round++) {
+      if (round > 0) await sleep(Math.min(1_000, 50 * 2 ** round));
+      const out = await stack.documents.send(
+        new BatchGetCommand({
+          RequestItems: { [table]: { Keys, ConsistentRead: true, ...projection(fields) } },
+        }),
+      );
+      for (const row of (out.Responses?.[table] ?? []) as OutcomeRow[]) {
+        rows.set(row.record_key, row);
+        if (isFinalStatus(row.status)) known.set(row.record_key, row);
+      }
+      Keys = out.UnprocessedKeys?.[table]?.Keys ?? [];
+    }
   }
   return rows;
 }

@@ -3,7 +3,7 @@ import type { PipelineState } from '../../functions/pipeline/control.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import { type RunEfficiency, runEfficiency, workerInvocations } from './efficiency.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
-import { currentCap, queueDepth, readDlq, readOutcomes } from './observation.js';
+import { currentCap, queueDepth, readDlq, readOutcomesOf, STATUS_FIELDS } from './observation.js';
 import { expectedOutcomes } from './records.js';
 
 /** A run on the local stack: feed records, watch progress until every record finished, summarize. */
@@ -112,7 +112,7 @@ export async function progressOf(
   sent: number,
 ): Promise<RunProgress> {
   const [rows, dlq, state, cap] = await Promise.all([
-    readOutcomes(stack),
+    readOutcomesOf(stack, expected.keys, STATUS_FIELDS).then((byKey) => byKey.values()),
     queueDepth(stack, stack.outputs.DlqUrl),
     stack.control.readState(),
     currentCap(stack),

@@ -11,7 +11,7 @@ import { isFinalStatus } from '../../functions/records/store.js';
 import { REPO_ROOT } from '../../local/emulator/deploy.js';
 import { clearAwsFaults } from '../../local/emulator/fault-client.js';
 import { type LocalStack, type LocalStackOptions, startLocalStack } from '../../local/stack/local-stack.js';
-import { type OutcomeRow, queueDepth, readOutcomes } from '../../local/stack/observation.js';
+import { type OutcomeRow, queueDepth, readOutcomesOf, STATUS_FIELDS } from '../../local/stack/observation.js';
 import { expectedOutcomes } from '../../local/stack/records.js';
 import { everyRecordFinished, progressOf } from '../../local/stack/run.js';
 import { NO_FAULTS } from '../../local/standins/captchaai/http.js';
@@ -179,10 +179,7 @@ export async function outcomesOf(
   stack: LocalStack,
   keys: Iterable<string>,
 ): Promise<Map<string, OutcomeRow>> {
-  const wanted = new Set(keys);
-  const rows = new Map<string, OutcomeRow>();
-  for (const row of await readOutcomes(stack)) if (wanted.has(row.record_key)) rows.set(row.record_key, row);
-  return rows;
+  return readOutcomesOf(stack, keys);
 }
 
 export function isFinal(row: OutcomeRow | undefined): boolean {
@@ -195,7 +192,7 @@ export async function allFinished(stack: LocalStack, bodies: string[]): Promise<
 }
 
 export async function finalCount(stack: LocalStack, keys: Iterable<string>): Promise<number> {
-  return [...(await outcomesOf(stack, keys)).values()].filter(isFinal).length;
+  return [...(await readOutcomesOf(stack, keys, STATUS_FIELDS)).values()].filter(isFinal).length;
 }
 
 /** DLQ messages in the DLQ now (visible or being read). */

@@ -1,18 +1,22 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { DynamoDBDocumentClient, ScanCommand } from '@aws-sdk/lib-dynamodb';
+import { BatchGetCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { mockClient } from 'aws-sdk-client-mock';
 import { describe, expect, it } from 'vitest';
 import { progressLine } from '../../../../cli/commands/local.js';
 import type { LocalStack } from '../../../../local/stack/local-stack.js';
 import { progressOf } from '../../../../local/stack/run.js';
 
-/** Just what progressOf reads: a Scan page of outcome rows, DLQ depth, pipeline state, cap, stand-in counts. */
-function stackWithRows(rows: Record<string, unknown>[]): LocalStack {
-  // A real document client with its send mocked: the SDK's paginators accept only real clients.
+/** Just what progressOf reads: the run's outcome rows by key, DLQ depth, pipeline state, cap, stand-in counts. */
+function stackWithRows(rows: Record<string, unknown>[], table: string): LocalStack {
   const documents = DynamoDBDocumentClient.from(new DynamoDBClient({ region: 'us-east-1' }));
-  mockClient(documents).on(ScanCommand).resolves({ Items: rows });
+  mockClient(documents)
+    .on(BatchGetCommand)
+    .callsFake((input: { RequestItems: Record<string, { Keys: { record_key: string }[] }> }) => {
+      const asked = new Set(input.RequestItems[table]?.Keys.map((k) => k.record_key));
+      return { Responses: { [table]: rows.filter((r) => asked.has(r.record_key as string)) } };
+    });
   return {
-    outputs: { TableName: 'outcomes', DlqUrl: 'dlq', MappingUuid: 'm', WorkerFunctionName: 'worker' },
+    outputs: { TableName: table, DlqUrl: 'dlq', MappingUuid: 'm', WorkerFunctionName: 'worker' },
     lambda: { send: async () => ({ ReservedConcurrentExecutions: 6 }) },
     documents,
     sqs: {
@@ -32,11 +36,14 @@ function stackWithRows(rows: Record<string, unknown>[]): LocalStack {
 describe('local run progress', () => {
   it('never counts a row without a status (moto shows a claim half-written) as "undefined"', async () => {
     // Prepare: a claim caught between moto storing the bare key and applying its SET.
-    const stack = stackWithRows([
-      { record_key: 'a', status: 'in_progress' },
-      { record_key: 'b', status: 'submitted' },
-      { record_key: 'c' },
-    ]);
+    const stack = stackWithRows(
+      [
+        { record_key: 'a', status: 'in_progress' },
+        { record_key: 'b', status: 'submitted' },
+        { record_key: 'c' },
+      ],
+      'outcomes-half-written',
+    );
 
     // Act
     const progress = await progressOf(stack, { keys: new Set(['a', 'b', 'c']), unkeyed: 1 }, Date.now(), 4);
