@@ -23,7 +23,8 @@ import { NO_FAULTS } from '../../local/standins/captchaai/http.js';
  * "LocalStack"). The tests observe the system only through AWS APIs and the stand-ins; where a
  * target cannot show something, ./target.ts chooses what they assert instead.
  *
- * Every file deploys with the same settings so the synthesized assembly is shared (cached).
+ * Every file deploys with the same settings so the synthesized assembly is shared (cached); the
+ * memory guard alone deploys another plan (2 threads, no reserve: two environments).
  *
  * Sharing one deployed stack between files: `sharedE2eStack(name)` instead of
  * `startE2eStack(name)` (one line; `afterAll(() => stack?.stop())` stays as it is, and then only
@@ -51,10 +52,12 @@ export const CAP = computeCap(E2E.threads, {
 /**
  * `runtime: false`: no local runtime in this process (the test runs one, e.g. local/runtime/child-process.ts).
  * `targetDelays` only changes the target stand-in, so the deployment (and its cached synth) stays shared.
+ * `threads` and `reserve` change the deployed cap, and so the settings: a synth of its own (the
+ * memory guard's two environments).
  */
 export function startE2eStack(
   name: string,
-  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays'> = {},
+  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays' | 'threads' | 'reserve'> = {},
 ): Promise<LocalStack> {
   return startLocalStack({
     ...E2E,
