@@ -24,12 +24,7 @@ import { type MotoServer, startMoto } from '../emulator/moto.js';
 import { checkLocalStack } from '../localstack/health.js';
 import { deployToLocalStack, localStackSettings, localStackTargetConfig } from '../localstack/target.js';
 import { LocalRuntime, type LocalRuntimeOptions, type RuntimeEvent } from '../runtime/local-runtime.js';
-import {
-  ABANDON_AFTER_MS,
-  type CaptchaStandin,
-  type FaultRates,
-  startCaptchaStandin,
-} from '../standins/captchaai/standin.js';
+import { type CaptchaStandin, type FaultRates, startCaptchaStandin } from '../standins/captchaai/standin.js';
 import { startTargetStandin, type TargetStandin } from '../standins/target.js';
 import { type ExternalCaptchaai, planThreadsOf } from './captchaai.js';
 import { newRunDir } from './run-dirs.js';
@@ -124,17 +119,22 @@ export type AnyLocalStack = LocalStack<CaptchaStandin | undefined>;
  */
 export const LEASE_MARGIN_SECONDS = 5;
 
-/**
- * The worker's cool-down on the local stack (ms, scaled): a task the worker gave up on at its
- * deadline holds its thread at the CaptchaAI stand-in until ABANDON_AFTER_MS after its in.php,
- * so the slot is kept that long (180 s at time scale 1; the stack default of 60 s would let the
- * slot's next task in beside it: cap + 1). On AWS `cooldownMs` is the operator's reading of how
- * long their provider keeps such a task (docs/configuration.md).
- */
+/** The worker's cool-down on the local stack (ms, scaled): the stack default × the time scale. */
 export function localCooldownMs(timeScale: number): number {
-  const beyondDeadline = ABANDON_AFTER_MS - DEFAULT_TIMINGS.deadlineMs;
-  return Math.round(Math.max(DEFAULTS.cooldownMs, beyondDeadline) * timeScale);
+  return Math.round(DEFAULTS.cooldownMs * timeScale);
 }
+
+/**
+ * How long after its in.php the local CaptchaAI stand-in keeps a task that never finishes (ms at
+ * time scale 1): until the worker's deadline plus its cool-down say the task must be done. The
+ * stand-in's own default (ABANDON_AFTER_MS, 300 s) is longer than the stack default's 120 s +
+ * 60 s; with it, a slot kept for the cool-down took its next task beside the abandoned one (cap
+ * + 1, found by the chaos run), and a cool-down long enough for it (180 s) would put the worst
+ * case at time scale 1 beyond Lambda's 900 s. CaptchaAI publishes no such figure: on AWS
+ * `cooldownMs` is the operator's reading of how long their provider keeps such a task
+ * (docs/configuration.md).
+ */
+export const LOCAL_ABANDON_AFTER_MS = DEFAULT_TIMINGS.deadlineMs + DEFAULTS.cooldownMs;
 
 /** The stack settings the local stack deploys with (stand-in URL and the time-scaled waits). */
 export function localSettings(o: {
@@ -294,6 +294,7 @@ async function startCaptchaai(ctx: StartContext): Promise<Captchaai> {
     threads,
     apiKey,
     timeScale: ctx.timeScale,
+    abandonAfterMs: LOCAL_ABANDON_AFTER_MS,
     faults: options.faults,
     ...(options.random ? { random: options.random } : {}),
     port: lsConfig?.captchaPort ?? 0,

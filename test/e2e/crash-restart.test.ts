@@ -101,7 +101,7 @@ async function crashAt(phase: Phase): Promise<Group> {
     );
   }
   // Solves here often finish before the first poll; for mid-poll the tasks run until the
-  // stand-in abandons them (3 s at this time scale), so every poll meets CAPCHA_NOT_READY.
+  // stand-in abandons them (1.8 s at this time scale: the deadline plus the cool-down), so every poll meets CAPCHA_NOT_READY.
   if (phase === 'mid-poll') stack.captcha.setFaults({ neverFinish: 1 });
   const runtime = await startRuntime();
   const watching = untilPhase(wire(), phase, keys, { atLeast: 2, timeoutMs: 90_000 });

@@ -48,7 +48,7 @@ export { DEFAULT_LATENCY } from './types.js';
  * How long after its in.php a task that never finishes keeps its thread at the stand-in (ms at
  * time scale 1), unless a test sets `abandonAfterMs`. CaptchaAI publishes no such figure (it has
  * no cancel call, and a task given up on "may still hold a thread for a while"); the local stack
- * sets the worker's cool-down to cover it (local/stack/local-stack.ts localCooldownMs).
+ * sets its own (local/stack/local-stack.ts LOCAL_ABANDON_AFTER_MS).
  */
 export const ABANDON_AFTER_MS = 300_000;
 
