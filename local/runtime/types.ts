@@ -112,7 +112,7 @@ export interface MemorySample {
   heapTotal: number;
   external: number;
   rss: number;
-  /** The process's peak RSS so far (the operating system's maxRSS). */
+  /** The process's own peak RSS so far (VmHWM on Linux, else the operating system's maxRSS: lambda-environment.mjs). */
   peakRss?: number;
 }
 
