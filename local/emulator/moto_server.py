@@ -10,7 +10,8 @@ DynamoDB stream mappings get the same treatment (moto would invoke inside each t
 moto also checks a DynamoDB ConditionExpression and applies the write without a lock, so two
 concurrent conditional writes to one item can both succeed (measured: 5 concurrent claims of
 one key had more than one winner in 16 of 40 rounds). Real DynamoDB never allows that and
-threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes,
+threadgate's one-solve-per-record rests on it, so this launcher serializes DynamoDB writes
+(and serves reads under the same lock: moto would answer a read with half a write),
 and every change to an SQS queue's messages (one message must never go to two receivers, and
 a delete must not undo another delete or drop a send).
 
@@ -43,6 +44,7 @@ try:
     from moto.awslambda.models import lambda_backends
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table as DynamoDBTable
+    from moto.dynamodb.responses import DynamoHandler
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from moto.moto_server.werkzeug_app import (
         DEFAULT_SERVICE_REGION,
@@ -113,6 +115,16 @@ def _under(lock, method):
 for _name in ("put_item", "update_item", "delete_item", "transact_write_items", "batch_write_item"):
     if hasattr(DynamoDBBackend, _name):
         setattr(DynamoDBBackend, _name, _under(_dynamodb_write_lock, getattr(DynamoDBBackend, _name)))
+
+# moto applies an UpdateItem to the stored item one action at a time (a new item is stored with
+# only its key first) and serves reads from that same item, so a concurrent read could answer
+# with half a write: an outcome row with its status and without its reason (measured: torn
+# items in every read kind, test/integration/local/emulator/whole-writes.test.ts). Real DynamoDB
+# applies an item's write whole, so reads are served under the write lock too, up to their
+# serialized answer (DynamoResult copies the items while the handler runs).
+for _name in ("get_item", "batch_get_item", "query", "scan", "transact_get_items"):
+    if hasattr(DynamoHandler, _name):
+        setattr(DynamoHandler, _name, _under(_dynamodb_write_lock, getattr(DynamoHandler, _name)))
 
 # moto's SQS changes a queue's message list without a lock too. Two concurrent receives were
 # handed the same message; a delete rebuilds the list and assigns it back, so a delete running
