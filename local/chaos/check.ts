@@ -1,3 +1,4 @@
+import { isFinalStatus } from '../../functions/records/store.js';
 import type { LoggedCaptchaEvent } from '../standins/captchaai/wire.js';
 import type { Logged } from '../standins/event-log.js';
 import type { TargetEvent } from '../standins/target.js';
@@ -65,8 +66,6 @@ export interface ChaosVerdict {
   /** One line per broken invariant, naming the records and what the stand-ins counted. */
   violations: string[];
 }
-
-const FINAL = new Set(['submitted', 'failed', 'rejected']);
 
 function histogram(counts: Map<string, number>, keys: string[]): Record<string, number> {
   const out: Record<string, number> = {};
@@ -190,7 +189,7 @@ export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
     const status = row?.status ?? 'none';
     outcomes[status] = (outcomes[status] ?? 0) + 1;
     if (status === 'failed') failedReasons[row?.reason ?? '?'] = (failedReasons[row?.reason ?? '?'] ?? 0) + 1;
-    if (!FINAL.has(status) && !dlq.has(key)) unended.push(`${key} (${status})`);
+    if (!isFinalStatus(status) && !dlq.has(key)) unended.push(`${key} (${status})`);
   }
   if (unended.length) violations.push(`records that never ended: ${few(unended)}`);
   if (evidence.dlqKeys.length) violations.push(`DLQ not empty: ${few(evidence.dlqKeys)}`);

@@ -7,6 +7,7 @@ import seedrandom from 'seedrandom';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { computeCap } from '../../functions/pipeline/cap-policy.js';
+import { isFinalStatus } from '../../functions/records/store.js';
 import { REPO_ROOT } from '../emulator/deploy.js';
 import { addAwsFaults, awsFaults } from '../emulator/fault-client.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../runtime/child-process.js';
@@ -110,7 +111,7 @@ async function ended(stack: LocalStack, bodies: string[], startedAt: number): Pr
 async function unfinished(stack: LocalStack, bodies: string[], keys: string[]): Promise<string[]> {
   const final = new Set(
     [...(await readOutcomesOf(stack, keys, STATUS_FIELDS)).values()]
-      .filter((r) => ['submitted', 'failed', 'rejected'].includes(r.status))
+      .filter((r) => isFinalStatus(r.status))
       .map((r) => r.record_key),
   );
   return bodies.filter((_, i) => !final.has(keys[i] as string));
