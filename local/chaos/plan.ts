@@ -17,7 +17,7 @@ export interface ChaosRates {
   finalWriteFails: number;
   /** Per DynamoDB UpdateItem: ProvisionedThroughputExceededException (the SDK retries these). */
   throttle: number;
-  // The kinds below are optional so a caller's own rates (test/e2e/chaos.test.ts) may leave them
+  // The kinds below are optional so a caller's own rates (test/e2e/lease-expiry.test.ts) may leave them
   // out: left out, they are off.
   /** Per task: never answered, so its record ends POLL_TIMEOUT (the slot holds the cool-down). */
   neverFinish?: number;

@@ -8,7 +8,7 @@ import type { LocalRuntimeOptions } from './types.js';
 /**
  * The local runtime in a process of its own (local/runtime/child-main.ts), so that the whole fleet of
  * execution environments can be killed at once with no chance to clean up (SIGKILL): what a
- * crashed host or a lost machine does to running Lambda invocations. The crash-restart e2e test
+ * crashed host or a lost machine does to running Lambda invocations. The lease-expiry e2e test
  * uses it; the in-process LocalRuntime is the same code.
  *
  * The options (the API key among the redactions) go to the child on its stdin, never in its
