@@ -345,22 +345,32 @@ export class OutcomesStore {
 
   /**
    * Gives the claim up without an outcome (a transient failure that will be retried): the
-   * lease ends now, so the redelivered message can claim at once.
+   * lease ends now, so the redelivered message can claim at once. Tried like the other writes
+   * (WRITE_TRIES): a release that throws once would otherwise leave the lease on, and the
+   * redelivery would wait out the whole lease as another owner's. A later try writes only while
+   * the lease is still on, so a try whose answer was lost after it landed is neither written
+   * again (attempts added twice) nor refused: it is found released and counts as written.
    */
   async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
-    return this.conditionalUpdate(recordKey, {
-      ConditionExpression: OWNED,
-      // Released only when no task of this claim can still hold a thread: its task markers go.
-      UpdateExpression:
-        'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts REMOVE task_id, task_submitted_at',
-      ExpressionAttributeValues: {
-        ':owner': s(owner),
-        ':in_progress': s('in_progress'),
-        ':zero': n(0),
-        ':attempts': n(attempts),
-        ':iso': s(new Date(this.now()).toISOString()),
-      },
-    });
+    const values = {
+      ':owner': s(owner),
+      ':in_progress': s('in_progress'),
+      ':zero': n(0),
+      ':attempts': n(attempts),
+      ':iso': s(new Date(this.now()).toISOString()),
+    };
+    return this.ownedWrite(
+      recordKey,
+      owner,
+      (retry) => ({
+        ConditionExpression: retry ? `${OWNED} AND lease_expires_at <> :zero` : OWNED,
+        // Released only when no task of this claim can still hold a thread: its task markers go.
+        UpdateExpression:
+          'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts REMOVE task_id, task_submitted_at',
+        ExpressionAttributeValues: values,
+      }),
+      (row) => row.status === 'in_progress' && row.lease_expires_at === 0,
+    );
   }
 
   /** `rejected` for an invalid job message; only when the record has no row yet. */

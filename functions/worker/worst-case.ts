@@ -102,8 +102,8 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
   const failedSubmits = (t.submitRetries + 1) * 2 * http + backoffs;
   const call = AWS_CALL_MS;
   const keyRotation = 2 * http + call;
-  // The claim, the phase markers and the final write, each WRITE_TRIES tries with the back-off
-  // between them (../records/store.ts).
+  // The claim, the phase markers and the final write (or the release that takes its place when
+  // the record is retried), each WRITE_TRIES tries with the back-off between them (../records/store.ts).
   const writes = (MARKER_WRITES + 2) * (WRITE_TRIES * call + writeBackoffTotalMs(s.timeScale));
   return {
     setup: SETUP_MS,

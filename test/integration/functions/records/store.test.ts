@@ -55,6 +55,19 @@ async function loseNextClaimAnswer(k: string): Promise<OutcomesStore> {
   });
 }
 
+/** Text only a release's request carries. */
+const RELEASE_UPDATE = 'SET lease_expires_at = :zero';
+
+/** A store whose tries do not wait, on a client bounded as the functions' are. */
+function retryingStore(): OutcomesStore {
+  return new OutcomesStore({
+    client: new DynamoDBClient({ ...motoConfig(), ...awsClientOptions() }),
+    tableName,
+    now: () => clock,
+    sleep: async () => undefined,
+  });
+}
+
 /** Text only a claim's request carries. */
 const CLAIM_CONDITION = 'attribute_not_exists(record_key)';
 
@@ -164,6 +177,53 @@ describe('outcomes store (moto DynamoDB)', () => {
     expect(await store.release(k, 'a', 1)).toEqual({ written: true });
     expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
     expect((await store.get(k))?.attempts).toBe(1);
+  });
+
+  it('tries a release the emulator throttles again, so the next claim succeeds at once', async () => {
+    // Prepare: moto throttles the first release of this record.
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    await addAwsFaults(moto.endpoint, [
+      {
+        operation: 'UpdateItem',
+        key: { record_key: k },
+        contains: [RELEASE_UPDATE],
+        times: 1,
+        error: 'ProvisionedThroughputExceededException',
+      },
+    ]);
+    try {
+      // Act
+      const result = await retryingStore().release(k, 'a', 1);
+      const rules = await awsFaults(moto.endpoint);
+      // Assess: the emulator failed one try, the next landed; the lease is over.
+      expect(result).toEqual({ written: true });
+      expect(rules.map((r) => r.failed)).toEqual([1]);
+      expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
+      expect((await store.get(k))?.attempts).toBe(1);
+    } finally {
+      await clearAwsFaults(moto.endpoint);
+    }
+  });
+
+  it('counts a release whose answer was lost after it landed as written, and adds its attempts once', async () => {
+    // Prepare: the first release lands at moto and its answer is replaced by a 500.
+    const k = key();
+    await store.claim(k, { owner: 'a', ...lease });
+    await addAwsFaults(moto.endpoint, [
+      { operation: 'UpdateItem', key: { record_key: k }, contains: [RELEASE_UPDATE], apply: true },
+    ]);
+    try {
+      // Act
+      const result = await retryingStore().release(k, 'a', 1);
+      // Assess
+      expect(result).toEqual({ written: true });
+      expect((await awsFaults(moto.endpoint)).map((r) => r.failed)).toEqual([1]);
+      expect(await store.get(k)).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 1 });
+      expect((await store.claim(k, { owner: 'b', ...lease })).claimed).toBe(true);
+    } finally {
+      await clearAwsFaults(moto.endpoint);
+    }
   });
 
   it('returns the row a claim took over (an expired lease), with the task and posting markers the earlier claim wrote', async () => {
