@@ -26,7 +26,13 @@ import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps }
  * answer, so the record that hit it has ended before any later record starts.
  * When THIS invocation paused the pipeline, those records' visibility is also reset to 0 so
  * they sit visible in the queue, ready for the resume; the mapping is disabled, so nothing
- * receives them meanwhile.
+ * receives them meanwhile. When the state said paused (another invocation, the adjuster or an
+ * operator paused, and the pause disables the mapping before it writes the state), they come
+ * back after the retry delay: ready for the resume all the same, and a mapping that still
+ * delivers meanwhile (a resume under way) costs them one receive per retry delay, not a loop.
+ * Without it they waited out the queue's whole visibility timeout (6 × the function timeout)
+ * however soon the resume came. After a stop that could not pause (PAUSE_FAILED) they do wait it
+ * out: the mapping may still be delivering, into the same refused key.
  *
  * About "receive counts unchanged": records already handed to this invocation were received
  * once by the poller, and that receive is already in their ApproximateReceiveCount; the
@@ -47,6 +53,8 @@ export async function processBatch(
   // Widened, not narrowed to 'none': `account` sets it from the records' promises.
   // 'observed': the state says paused, or a stop met here could not pause; 'by-us': this invocation paused.
   let paused = 'none' as 'none' | 'observed' | 'by-us';
+  /** The pipeline state said paused (not a stop met here that could not pause). */
+  let stateSaidPaused = false;
   let previous: Promise<void> = Promise.resolve();
   let chained = 0;
   const exchanges: Promise<unknown>[] = [];
@@ -70,6 +78,7 @@ export async function processBatch(
         if (own && state === UNREADABLE) break;
         if (state !== UNREADABLE && state.paused) {
           paused = 'observed';
+          stateSaidPaused = true;
           deps.logger.info('pipeline is paused; leaving the rest of the batch in the queue', {
             pauseReason: state.reason,
           });
@@ -111,6 +120,9 @@ export async function processBatch(
     }
     if (chained > 0) deps.logger.info('chain ended', { chainedRecords: chained });
     if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
+    else if (stateSaidPaused && untouched.length > 0) {
+      await setVisibility(deps, untouched, deps.config.retryDelaySeconds);
+    }
     if (givenBack.length > 0) await setVisibility(deps, givenBack, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.

@@ -573,8 +573,8 @@ describe('worker against moto and the stand-ins', () => {
     await expect(missingSecret.warmUp?.()).resolves.toBeUndefined();
   });
 
-  it('leaves a batch untouched when the pipeline state already says paused', async () => {
-    const s = await setup();
+  it('leaves a batch untouched when the pipeline state already says paused, and its messages come back after the retry delay, not the queue’s visibility timeout', async () => {
+    const s = await setup({ RETRY_DELAY_SECONDS: '1' });
     const key = newKey('paused');
     await s.instance().pipeline.pause('operator test', 'operator');
     await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
@@ -583,6 +583,11 @@ describe('worker against moto and the stand-ins', () => {
     expect(out.batchItemFailures).toEqual([{ itemIdentifier: messages[0]!.MessageId }]);
     expect(submitsFor(key)).toBe(0);
     expect(await s.store.get(key)).toBeUndefined();
+    // Ready for the resume: visible again after 1 s (the queue's own timeout here is 60 s).
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const [again] = await receive(clients.sqs, s.res.queueUrl, 1, 60);
+    expect(again?.MessageId).toBe(messages[0]!.MessageId);
+    expect(again?.Attributes?.ApproximateReceiveCount).toBe('2');
   });
 
   it('ends every case of the bad-input catalog with its documented reason, without a solve or a batch crash', async () => {
