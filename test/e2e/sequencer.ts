@@ -1,19 +1,28 @@
 import { readFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The e2e files that share one deployed stack (test/e2e/harness.ts `sharedE2eStack`) first and
- * back to back, the rest after them in vitest's own order (slowest first). A worker reuses its
- * process, and so its stack, only when the next file in the queue is one of them
- * (vitest.config.ts runs the e2e project without isolation); interleaved with other files,
- * each would deploy a stack of its own again.
+ * The file that waits out a lease window (lease-expiry.test.ts: about 150 s of its 200 s with
+ * nothing to do but wait) first, so its wait overlaps the others' work from the start instead
+ * of running late, alone, at the tail. Then the e2e files that share one deployed stack
+ * (test/e2e/harness.ts `sharedE2eStack`) back to back, the rest after them in vitest's own
+ * order (slowest first). A worker reuses its process, and so its stack, only when the next file
+ * in the queue is one of them (vitest.config.ts runs the e2e project without isolation);
+ * interleaved with other files, each would deploy a stack of its own again.
  */
 export default class SharedStackFirst extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
     const sorted = await super.sort(files);
-    const sharing = sorted.filter(sharesStack);
-    return [...sharing, ...sorted.filter((f) => !sharing.includes(f))];
+    const first = sorted.filter(waitsOutLeases);
+    const sharing = sorted.filter((f) => !first.includes(f) && sharesStack(f));
+    return [...first, ...sharing, ...sorted.filter((f) => !first.includes(f) && !sharing.includes(f))];
   }
+}
+
+/** The e2e file whose records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
+export function waitsOutLeases(file: TestSpecification): boolean {
+  return file.project.name === 'e2e' && basename(file.moduleId) === 'lease-expiry.test.ts';
 }
 
 /** Whether a test file takes the shared stack (the one-line adoption the harness documents). */
