@@ -45,6 +45,8 @@ export interface ChaosOptions {
   maxSeconds: number;
   log: (line: string) => void;
   signal?: AbortSignal;
+  /** Awaited once the stack is deployed, before any fault or record: a test's own moment to start. */
+  startWhen?: Promise<void>;
 }
 
 export const CHAOS_RATE_NAMES = [

@@ -255,6 +255,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const runtimes: RuntimeProcess[] = [];
   try {
     const deployS = (Date.now() - deployStart) / 1000;
+    await o.startWhen;
     const cap = computeCap(o.threads, {
       reserve: o.reserve,
       minCap: DEFAULTS.minCap,

@@ -30,8 +30,9 @@ import {
  * lease is about 140 s at time scale 0.01, nearly all of it the worst case's real-time AWS
  * allowances (functions/worker/worst-case.ts), and a record whose claim was cut off or whose
  * final write never lands must wait it out whatever the test does. Each proof has records,
- * stand-in counts and checks of its own; the two that come after the crashes start once the
- * crashes are over, so the watcher's kills meet no load but their own.
+ * stand-in counts and checks of its own; the records of the other two start once the crashes
+ * are over (the chaos run's stack deploys beside them), so the watcher's kills meet no records
+ * but their own.
  *
  * 1. The whole fleet crashes at a named phase of a record's flow. The local runtime runs in a
  *    child process (local/runtime/child-process.ts); a watcher reads the wire from outside the
@@ -286,8 +287,9 @@ describe('after a lease (local stack): crashes at each phase, final writes that 
   it.concurrent('the chaos run, short: 30 records under lost in.php answers, dropped POST answers and failing DynamoDB writes, on a stack of its own: no invariant broken', async ({
     expect,
   }) => {
-    await afterTheCrashes;
+    // Its stack deploys beside the crashes; its records start once they are over.
     const result = await runChaos({
+      startWhen: afterTheCrashes,
       records: 30,
       seed: 6,
       timeScale: 0.01,
