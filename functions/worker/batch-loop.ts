@@ -51,10 +51,9 @@ export async function processBatch(
   const givenBack: SQSRecord[] = [];
   const retried: { record: SQSRecord; notBefore?: number }[] = [];
   // Widened, not narrowed to 'none': `account` sets it from the records' promises.
-  // 'observed': the state says paused, or a stop met here could not pause; 'by-us': this invocation paused.
-  let paused = 'none' as 'none' | 'observed' | 'by-us';
-  /** The pipeline state said paused (not a stop met here that could not pause). */
-  let stateSaidPaused = false;
+  // 'state': the pipeline state says paused; 'unpaused-stop': a stop met here could not pause;
+  // 'by-us': this invocation paused.
+  let paused = 'none' as Paused;
   let previous: Promise<void> = Promise.resolve();
   let chained = 0;
   const exchanges: Promise<unknown>[] = [];
@@ -66,7 +65,7 @@ export async function processBatch(
       await deleteReceived(deps, record);
     }
     if (result.kind === 'stopped') paused = 'by-us';
-    else if (paused === 'none' && metStopUnpaused(result)) paused = 'observed';
+    else if (paused === 'none' && metStopUnpaused(result)) paused = 'unpaused-stop';
   };
   try {
     for (let i = 0; ; i++) {
@@ -77,8 +76,7 @@ export async function processBatch(
         // The chain's own receive is not stopped by the disabled mapping: an unknown state ends it.
         if (own && state === UNREADABLE) break;
         if (state !== UNREADABLE && state.paused) {
-          paused = 'observed';
-          stateSaidPaused = true;
+          paused = 'state';
           deps.logger.info('pipeline is paused; leaving the rest of the batch in the queue', {
             pauseReason: state.reason,
           });
@@ -119,10 +117,9 @@ export async function processBatch(
       await Promise.race([Promise.all(exchanges), wait]);
     }
     if (chained > 0) deps.logger.info('chain ended', { chainedRecords: chained });
-    if (paused === 'by-us' && untouched.length > 0) await setVisibility(deps, untouched, 0);
-    else if (stateSaidPaused && untouched.length > 0) {
-      await setVisibility(deps, untouched, deps.config.retryDelaySeconds);
-    }
+    const untouchedBackIn = untouchedVisibility(paused, deps);
+    if (untouchedBackIn !== undefined && untouched.length > 0)
+      await setVisibility(deps, untouched, untouchedBackIn);
     if (givenBack.length > 0) await setVisibility(deps, givenBack, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.
@@ -188,6 +185,19 @@ function retryDelays(
     groups.set(seconds, [...(groups.get(seconds) ?? []), record]);
   }
   return groups;
+}
+
+/** Whether, and by whom, the rest of the batch is left untouched (see processBatch). */
+type Paused = 'none' | 'state' | 'unpaused-stop' | 'by-us';
+
+/**
+ * When the records a pause left untouched come back, in seconds, by who paused (see the header);
+ * undefined: after the queue's own visibility timeout.
+ */
+function untouchedVisibility(paused: Paused, deps: WorkerDeps): number | undefined {
+  if (paused === 'by-us') return 0;
+  if (paused === 'state') return deps.config.retryDelaySeconds;
+  return undefined;
 }
 
 /** The pipeline state could not be read. */

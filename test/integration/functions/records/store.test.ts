@@ -47,12 +47,7 @@ async function loseNextClaimAnswer(k: string): Promise<OutcomesStore> {
   await addAwsFaults(moto.endpoint, [
     { operation: 'UpdateItem', key: { record_key: k }, contains: [CLAIM_CONDITION], apply: true },
   ]);
-  return new OutcomesStore({
-    client: new DynamoDBClient({ ...motoConfig(), ...awsClientOptions() }),
-    tableName,
-    now: () => clock,
-    sleep: async () => undefined,
-  });
+  return retryingStore();
 }
 
 /** Text only a release's request carries. */
