@@ -16,9 +16,11 @@ import SharedStackFirst from './test/e2e/sequencer.js';
  */
 export default defineConfig({
   test: {
-    // Suites that start moto's server or deploy the stack share one emulator per file;
-    // two cores cannot run many of them at once without skewing the timing-scaled stand-ins.
-    maxWorkers: 2,
+    // Three files at a time on two cores: with two, the cores sat idle a third of the run while
+    // a file waited (lease-expiry.test.ts waits out a lease window, worker.test.ts its tests'
+    // deadlines and cool-downs). Suites that start moto's server or deploy the stack share one
+    // emulator per file, so more than three would skew the timing-scaled stand-ins.
+    maxWorkers: 3,
     testTimeout: 60_000,
     hookTimeout: 240_000,
     allowOnly: false,

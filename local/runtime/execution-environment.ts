@@ -19,7 +19,16 @@ interface EnvironmentChannel {
 }
 
 function threadChannel(env: Record<string, string>, data: unknown): EnvironmentChannel {
-  const worker = new Worker(THREAD_BOOTSTRAP, { env, workerData: data, stdout: true, stderr: true });
+  // execArgv: none of the host's flags. A thread inherits them by default, and the runtime's own
+  // process (local/runtime/child-process.ts) runs with `--import tsx`: every environment would
+  // load tsx's loader first, which Lambda's runtime does not have (about 50 ms of CPU each).
+  const worker = new Worker(THREAD_BOOTSTRAP, {
+    env,
+    workerData: data,
+    stdout: true,
+    stderr: true,
+    execArgv: [],
+  });
   return {
     post: (m) => worker.postMessage(m),
     on: (event, listener) => worker.on(event, listener),
