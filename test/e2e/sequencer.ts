@@ -3,7 +3,7 @@ import { basename } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The file that waits out a lease window (lease-expiry.test.ts: most of its 210-290 s with
+ * The file that waits out a lease window (lease-expiry.test.ts: most of its 210-300 s with
  * nothing to do but wait) first, so its wait overlaps the others' work from the start instead
  * of running late, alone, at the tail. Then the e2e files that share one deployed stack
  * (test/e2e/harness.ts `sharedE2eStack`) back to back, the rest after them in vitest's own
