@@ -1,6 +1,9 @@
 import { configDefaults, defineConfig } from 'vitest/config';
 import SharedStackFirst from './test/e2e/sequencer.js';
 
+/** Unit files that need a module graph of their own: their vi.mock factories record what loads. */
+const ISOLATED_UNIT = ['test/unit/cli/lazy-commands.test.ts'];
+
 /**
  * Projects, one per folder of test/ (unit's few files that need isolation in a second one):
  *   - `unit` (test/unit/): plain unit tests and tests over real HTTP against the in-process
@@ -20,9 +23,6 @@ import SharedStackFirst from './test/e2e/sequencer.js';
  * Each folder mirrors the product's layout (test/unit/functions/captchaai/client.test.ts tests
  * functions/captchaai/client.ts).
  */
-/** Unit files that need a module graph of their own: their vi.mock factories record what loads. */
-const ISOLATED_UNIT = ['test/unit/cli/lazy-commands.test.ts'];
-
 export default defineConfig({
   test: {
     // Three files at a time on two cores: with two, the cores sat idle a third of the run while
