@@ -85,7 +85,9 @@ describe('threadgate local --captchaai-url: the records go to the given server',
     expect(stats.maxInFlight).toBeLessThanOrEqual(4);
     expect(stats.zeroBalance).toBe(0);
     expect(run.stdout + run.stderr).not.toContain(KEY);
-  });
+    // A whole `threadgate local` run (deploy included): 36 s with two test files at a time, past
+    // vitest's 60 s default once with three.
+  }, 180_000);
 });
 
 describe('threadgate local --captchaai-url: refused before anything starts', () => {
