@@ -15,6 +15,9 @@ threadgate's one-solve-per-record rests on it, so this launcher serializes Dynam
 and every change to an SQS queue's messages (one message must never go to two receivers, and
 a delete must not undo another delete or drop a send).
 
+It serves HTTP/1.1 keep-alive (_KeepAliveHandler below): werkzeug's development server closes
+every connection after its answer, so each call paid a connection and a server thread.
+
 It also answers one route of its own, WAKE_PATH, for the local runtime's pollers: a wait that
 returns when a queue has visible messages or an event source mapping's settings change, without
 receiving anything (see _wake below). faults.py (beside it) adds routes that make chosen calls
@@ -27,6 +30,7 @@ stdin closes or the process is signalled.
 
 import argparse
 import functools
+import io
 import json
 import logging
 import os
@@ -52,7 +56,7 @@ try:
         create_backend_app,
     )
     from moto.sqs import models as sqs_models
-    from werkzeug.serving import make_server
+    from werkzeug.serving import WSGIRequestHandler, make_server
 except ImportError as exc:  # pragma: no cover - depends on the machine
     sys.stderr.write(
         "threadgate: python3 cannot import moto's server (%s).\n"
@@ -284,13 +288,88 @@ def _with_wake(app):
     return wrapped
 
 
+class _KeepAliveHandler(WSGIRequestHandler):
+    """werkzeug's request handler, with HTTP/1.1 keep-alive.
+
+    werkzeug's development server closes the connection after every answer (and then waits for
+    the client to close it), so every AWS call the local stack makes opened a TCP connection and
+    started a server thread for itself: about half of moto's CPU per call, and the clients'
+    connect and close on top. moto's server has no other way to serve (no other WSGI server can
+    be installed here offline), so this handler reads each request's body whole, answers with a
+    Content-Length, and keeps the connection for the client's next request, as AWS's endpoints
+    do. werkzeug's request parsing and its WSGI environ are kept as they are.
+    """
+
+    protocol_version = "HTTP/1.1"
+    # The headers and the body are two writes: without TCP_NODELAY the body would wait for the
+    # client's delayed ACK of the headers (40 ms a call).
+    disable_nagle_algorithm = True
+
+    def run_wsgi(self):
+        environ = self.make_environ()
+        try:
+            # The body, read whole (de-chunked by werkzeug when chunked), so the stream stands at
+            # the next request whatever the app reads.
+            if environ.get("wsgi.input_terminated"):
+                body = environ["wsgi.input"].read()
+            else:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length > 0 else b""
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+            return
+        environ.pop("wsgi.input_terminated", None)
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        answer = {}
+        chunks = []
+
+        def start_response(status, headers, exc_info=None):
+            answer["status"], answer["headers"] = status, headers
+            return chunks.append
+
+        try:
+            result = self.server.app(environ, start_response)
+            try:
+                chunks.extend(result)
+            finally:
+                getattr(result, "close", lambda: None)()
+        except Exception:  # answered as a 500 and the connection closed, as werkzeug's own server does
+            logging.getLogger("werkzeug").exception("error on %s %s", self.command, self.path)
+            answer, chunks = {"status": "500 Internal Server Error", "headers": []}, [b"Internal Server Error"]
+            self.close_connection = True
+        payload = b"".join(chunks)
+        code, _, reason = answer["status"].partition(" ")
+        code = int(code)
+        self.send_response(code, reason)
+        bodiless = self.command == "HEAD" or code < 200 or code in (204, 304)
+        for name, value in answer["headers"]:
+            lower = name.lower()
+            if lower in ("connection", "transfer-encoding") or (lower == "content-length" and not bodiless):
+                continue
+            self.send_header(name, value)
+        if not bodiless:
+            self.send_header("Content-Length", str(len(payload)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if not bodiless:
+            self.wfile.write(payload)
+        self.wfile.flush()
+
+
 class _Server(ThreadedMotoServer):
     """moto's threaded server with the wake route, the usage counts (usage.py), then fault injection (faults.py), in front of moto's own dispatcher."""
 
     def _server_entry(self):
         app = with_faults(DomainDispatcherApplication(create_backend_app))
         self._server = make_server(
-            self._ip_address, self._port, _with_wake(with_usage(app, _dynamodb_write_lock)), True
+            self._ip_address,
+            self._port,
+            _with_wake(with_usage(app, _dynamodb_write_lock)),
+            threaded=True,
+            request_handler=_KeepAliveHandler,
         )
         self._server_ready_event.set()
         self._server.serve_forever()
