@@ -28,7 +28,9 @@ export default defineConfig({
     // Three files at a time on two cores: with two, the cores sat idle a third of the run while
     // a file waited (lease-expiry.test.ts waits out a lease window, worker.test.ts its tests'
     // deadlines and cool-downs). Suites that start moto's server or deploy the stack share one
-    // emulator per file, so more than three would skew the timing-scaled stand-ins.
+    // emulator per file, so more than three would skew the timing-scaled stand-ins; four also
+    // took longer (a fresh-clone .ci/run: 642 s and 1,198 s of CPU, against 598-605 s and
+    // 1,050-1,068 s with three: more stacks idle side by side).
     maxWorkers: 3,
     testTimeout: 60_000,
     hookTimeout: 240_000,
