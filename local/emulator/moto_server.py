@@ -294,10 +294,10 @@ class _KeepAliveHandler(WSGIRequestHandler):
     werkzeug's development server closes the connection after every answer (and then waits for
     the client to close it), so every AWS call the local stack makes opened a TCP connection and
     started a server thread for itself: about half of moto's CPU per call, and the clients'
-    connect and close on top. moto's server has no other way to serve (no other WSGI server can
-    be installed here offline), so this handler reads each request's body whole, answers with a
-    Content-Length, and keeps the connection for the client's next request, as AWS's endpoints
-    do. werkzeug's request parsing and its WSGI environ are kept as they are.
+    connect and close on top. moto[server] brings no WSGI server but werkzeug's, and werkzeug
+    has no switch for keep-alive, so this handler reads each request's body whole, answers with
+    a Content-Length, and keeps the connection for the client's next request, as AWS's
+    endpoints do. werkzeug's request parsing and its WSGI environ are kept as they are.
     """
 
     protocol_version = "HTTP/1.1"
