@@ -77,9 +77,30 @@ export function awsEnvFor(endpoint: string): Record<string, string> {
   };
 }
 
+/** moto_server.py's exit code when python3 cannot import moto's server. */
+const MOTO_NOT_IMPORTABLE = 3;
+
+/** The launcher could not start because python3 lacks moto's server (or python3 itself is missing). */
+class MotoMissing extends Error {}
+
+/**
+ * Starts the launcher. The common case (moto installed) costs one Python process: the launcher
+ * itself says when moto's server is not importable (exit 3), and only then is `ensureMoto`'s
+ * probe and install attempt run, and the launcher started again. (Probing first cost a second
+ * Python process importing moto, about 1 s of CPU, at every start.)
+ */
 export async function startMoto(options: StartMotoOptions = {}): Promise<MotoServer> {
   const python = options.python ?? process.env.THREADGATE_PYTHON ?? 'python3';
-  ensureMoto(python);
+  try {
+    return await launch(python, options);
+  } catch (err) {
+    if (!(err instanceof MotoMissing)) throw err;
+    ensureMoto(python);
+    return launch(python, options);
+  }
+}
+
+async function launch(python: string, options: StartMotoOptions): Promise<MotoServer> {
   const child: ChildProcess = spawn(python, [LAUNCHER, '--port', String(options.port ?? 0)], {
     stdio: ['pipe', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
@@ -102,9 +123,13 @@ export async function startMoto(options: StartMotoOptions = {}): Promise<MotoSer
     };
     child.stdout?.on('data', onData);
     child.once('exit', (code) =>
-      reject(new MotoUnavailableError(`moto's server exited (${code}): ${stderr.trim()}`)),
+      reject(
+        code === MOTO_NOT_IMPORTABLE
+          ? new MotoMissing(stderr)
+          : new MotoUnavailableError(`moto's server exited (${code}): ${stderr.trim()}`),
+      ),
     );
-    child.once('error', reject);
+    child.once('error', (err) => reject(new MotoMissing(err.message)));
   });
   child.stdout?.resume();
   const endpoint = `http://localhost:${port}`;
