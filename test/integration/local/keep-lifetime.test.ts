@@ -144,7 +144,8 @@ describe('npm run local -- --keep', () => {
       ],
       { cwd: ROOT, env: { ...env, ...exported }, encoding: 'utf8', timeout: 60_000 },
     );
-    expect({ status: solve.status, stderr: solve.stderr }).toEqual({ status: 0, stderr: '' });
+    // On a failure, solve --json prints its outcome (and the CaptchaAI answer's class) on stdout.
+    expect({ status: solve.status, stderr: solve.stderr }, solve.stdout).toEqual({ status: 0, stderr: '' });
     expect(JSON.parse(solve.stdout)).toMatchObject({ outcome: 'solved', type: 'turnstile' });
     expect(pids.length).toBeGreaterThanOrEqual(2); // node and moto's launcher at least
     for (const port of ports) expect(await listening(port)).toBe(true);
