@@ -227,6 +227,11 @@ def read_body(environ):
 
 def buffer_body(environ):
     """The request's body, read once and put back for the app behind (which reads it again)."""
+    stream = environ["wsgi.input"]
+    if isinstance(stream, io.BytesIO) and stream.tell() == 0:
+        # Already whole and unread (the launcher's keep-alive handler reads every body whole):
+        # no second read and copy per wrapper.
+        return stream.getvalue()
     raw = read_body(environ)
     environ["wsgi.input"] = io.BytesIO(raw)
     environ["CONTENT_LENGTH"] = str(len(raw))
