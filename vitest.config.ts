@@ -37,7 +37,7 @@ export default defineConfig({
     allowOnly: false,
     sequence: { sequencer: SharedStackFirst },
     // The CLI bundled once for the suites that start it as a child process (test/fixtures/cli-bundle.ts).
-    globalSetup: ['test/fixtures/cli-bundle.ts'],
+    globalSetup: ['test/fixtures/cli-bundle.ts', 'test/fixtures/moto-zygote.ts'],
     // Node 20 is the project's chosen runtime; the AWS SDK's Node 22 notice would print once per test file.
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     projects: [

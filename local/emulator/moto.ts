@@ -1,5 +1,9 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /**
@@ -28,6 +32,7 @@ export const MOTO_REGION = 'us-east-1';
 export const MOTO_ACCOUNT = '123456789012';
 
 const LAUNCHER = fileURLToPath(new URL('./moto_server.py', import.meta.url));
+const ZYGOTE = fileURLToPath(new URL('./zygote.py', import.meta.url));
 
 export class MotoUnavailableError extends Error {
   override name = 'MotoUnavailableError';
@@ -80,16 +85,27 @@ export function awsEnvFor(endpoint: string): Record<string, string> {
 /** moto_server.py's exit code when python3 cannot import moto's server. */
 const MOTO_NOT_IMPORTABLE = 3;
 
+/**
+ * Names the Unix socket of a running zygote (startMotoZygote). While it is set, `startMoto`
+ * (without an explicit `python`) forks its server from that zygote instead of launching Python.
+ * The test suite sets it for its whole run (test/fixtures/moto-zygote.ts); child processes
+ * (the CLI) inherit it.
+ */
+export const MOTO_ZYGOTE_ENV = 'THREADGATE_MOTO_ZYGOTE';
+
 /** The launcher could not start because python3 lacks moto's server (or python3 itself is missing). */
 class MotoMissing extends Error {}
 
 /**
- * Starts the launcher. The common case (moto installed) costs one Python process: the launcher
+ * Starts moto's server. The common case (moto installed) costs one Python process: the launcher
  * itself says when moto's server is not importable (exit 3), and only then is `ensureMoto`'s
  * probe and install attempt run, and the launcher started again. (Probing first cost a second
- * Python process importing moto, about 1 s of CPU, at every start.)
+ * Python process importing moto, about 1 s of CPU, at every start.) With MOTO_ZYGOTE_ENV set,
+ * it costs no Python start at all: the zygote forks a server that has its imports done.
  */
 export async function startMoto(options: StartMotoOptions = {}): Promise<MotoServer> {
+  const zygote = options.python === undefined ? process.env[MOTO_ZYGOTE_ENV] : undefined;
+  if (zygote) return forkFrom(zygote, options);
   const python = options.python ?? process.env.THREADGATE_PYTHON ?? 'python3';
   try {
     return await launch(python, options);
@@ -100,51 +116,173 @@ export async function startMoto(options: StartMotoOptions = {}): Promise<MotoSer
   }
 }
 
+/** What a server prints once it listens: {"port": N, "pid": P}, then its log. */
+interface Ready {
+  port: number;
+  pid: number;
+}
+
+/**
+ * Resolves with the server's ready line on `out`; keeps a tail of everything else the server
+ * writes to `log` (moto logs every request) for error messages, read through `tail()`.
+ */
+function watchServer(out: NodeJS.ReadableStream, log: NodeJS.ReadableStream) {
+  let tail = '';
+  const keep = (chunk: Buffer | string) => {
+    tail = (tail + chunk.toString()).slice(-4000);
+  };
+  log.on('data', keep);
+  const ready = new Promise<Ready>((resolve) => {
+    let seen = '';
+    const onData = (chunk: Buffer | string) => {
+      seen += chunk.toString();
+      const line = seen.split('\n').find((l) => l.startsWith('{"port"'));
+      if (!line) return;
+      out.off('data', onData);
+      if (out !== log) out.resume();
+      resolve(JSON.parse(line) as Ready);
+    };
+    out.on('data', onData);
+  });
+  return { ready, tail: () => tail.trim() };
+}
+
 async function launch(python: string, options: StartMotoOptions): Promise<MotoServer> {
   const child: ChildProcess = spawn(python, [LAUNCHER, '--port', String(options.port ?? 0)], {
     stdio: ['pipe', 'pipe', 'pipe'],
     env: { ...process.env, ...options.env },
   });
+  const server = watchServer(child.stdout as NodeJS.ReadableStream, child.stderr as NodeJS.ReadableStream);
+  const { port } = await Promise.race([
+    server.ready,
+    new Promise<never>((_, reject) => {
+      child.once('exit', (code) =>
+        reject(
+          code === MOTO_NOT_IMPORTABLE
+            ? new MotoMissing(server.tail())
+            : new MotoUnavailableError(`moto's server exited (${code}): ${server.tail()}`),
+        ),
+      );
+      child.once('error', (err) => reject(new MotoMissing(err.message)));
+    }),
+  ]);
+  return served(port, async () => {
+    if (child.exitCode !== null) return;
+    const exited = once(child, 'exit');
+    child.stdin?.end();
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  });
+}
+
+/**
+ * A server forked by the zygote at `socketPath`. The connection is the server's stdio: it
+ * prints its ready line and its log there, and it stops when the connection closes, so the
+ * server cannot outlive this process. It is not a child of this process: `stop` signals its
+ * pid and waits for the connection to close, which happens when the server has exited.
+ */
+async function forkFrom(socketPath: string, options: StartMotoOptions): Promise<MotoServer> {
+  const conn = connect(socketPath);
+  const server = watchServer(conn, conn);
+  let failure: Error | undefined;
+  // An error (no zygote listening, a reset) is followed by 'close', which settles everything.
+  conn.on('error', (err) => {
+    failure ??= err;
+  });
+  let closed = false;
+  // Not events.once: that rejects on 'error', and 'close' comes after it anyway.
+  const gone = new Promise<void>((resolve) =>
+    conn.once('close', () => {
+      closed = true;
+      resolve();
+    }),
+  );
+  conn.write(`${JSON.stringify({ port: options.port ?? 0, env: options.env ?? {} })}\n`);
+  const { port, pid } = await Promise.race([
+    server.ready,
+    gone.then(() => {
+      throw new MotoUnavailableError(
+        failure
+          ? `cannot reach the moto zygote at ${socketPath} (${failure.message}); unset ${MOTO_ZYGOTE_ENV} to start moto's server directly`
+          : `moto's server exited: ${server.tail()}`,
+      );
+    }),
+  ]);
+  return served(port, async () => {
+    if (closed) return;
+    conn.end();
+    signal(pid, 'SIGTERM');
+    const timer = setTimeout(() => signal(pid, 'SIGKILL'), 5000);
+    await gone;
+    clearTimeout(timer);
+  });
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // already gone
+  }
+}
+
+function served(port: number, stop: () => Promise<void>): MotoServer {
+  const endpoint = `http://localhost:${port}`;
+  return { endpoint, port, awsEnv: awsEnvFor(endpoint), stop };
+}
+
+export interface MotoZygote {
+  /** The Unix socket to put in MOTO_ZYGOTE_ENV. */
+  socket: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts local/emulator/zygote.py: one Python process that imports moto and the services the
+ * stack uses once (about 2.4 s of CPU) and forks a ready server per `startMoto`, where each
+ * launch pays about 3 s of CPU in imports before its first calls are served. Throws
+ * MotoUnavailableError when it cannot start (python3 without moto's server, say): callers then
+ * leave MOTO_ZYGOTE_ENV unset and `startMoto` launches (and installs) as usual.
+ */
+export async function startMotoZygote(
+  python = process.env.THREADGATE_PYTHON ?? 'python3',
+): Promise<MotoZygote> {
+  const dir = mkdtempSync(join(tmpdir(), 'threadgate-moto-'));
+  const socket = join(dir, 'zygote.sock');
+  const child = spawn(python, [ZYGOTE, socket], { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    // moto logs every request to stderr; keep only a tail for error messages.
+  child.stderr.setEncoding('utf8');
+  child.stderr.on('data', (chunk: string) => {
     stderr = (stderr + chunk).slice(-4000);
   });
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = '';
-    const onData = (chunk: Buffer) => {
-      out += chunk.toString('utf8');
-      const line = out.split('\n').find((l) => l.startsWith('{'));
-      if (line) {
-        child.stdout?.off('data', onData);
-        resolve((JSON.parse(line) as { port: number }).port);
-      }
-    };
-    child.stdout?.on('data', onData);
-    child.once('exit', (code) =>
-      reject(
-        code === MOTO_NOT_IMPORTABLE
-          ? new MotoMissing(stderr)
-          : new MotoUnavailableError(`moto's server exited (${code}): ${stderr.trim()}`),
-      ),
-    );
-    child.once('error', (err) => reject(new MotoMissing(err.message)));
-  });
-  child.stdout?.resume();
-  const endpoint = `http://localhost:${port}`;
+  const exited = once(child, 'exit');
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString('utf8');
+        if (out.includes('\n')) resolve();
+      });
+      void exited.then(([code]) =>
+        reject(new MotoUnavailableError(`the moto zygote exited (${code}): ${stderr.trim()}`)),
+      );
+      child.once('error', (err) => reject(new MotoUnavailableError(`cannot run ${python}: ${err.message}`)));
+    });
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  child.stdout.resume();
   return {
-    endpoint,
-    port,
-    awsEnv: awsEnvFor(endpoint),
+    socket,
     async stop() {
-      if (child.exitCode !== null) return;
-      const exited = once(child, 'exit');
-      child.stdin?.end();
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
-      await exited;
-      clearTimeout(timer);
+      if (child.exitCode === null && child.signalCode === null) {
+        child.stdin.end();
+        await exited;
+      }
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -24,7 +24,7 @@ receiving anything (see _wake below). faults.py (beside it) adds routes that mak
 fail with an AWS error, and a log of the requests served, for tests and the chaos run; usage.py
 counts every request by caller, service and operation with DynamoDB's request units, for the bench's bill.
 
-Prints one JSON line {"port": N} on stdout once the server listens, then serves until
+Prints one JSON line {"port": N, "pid": P} on stdout once the server listens, then serves until
 stdin closes or the process is signalled.
 """
 
@@ -385,7 +385,7 @@ def main():
     server.start()
     _, port = server.get_host_and_port()
     _base_url["value"] = "http://localhost:%d" % port
-    sys.stdout.write(json.dumps({"port": port}) + "\n")
+    sys.stdout.write(json.dumps({"port": port, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
 
     done = threading.Event()
