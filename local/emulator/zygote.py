@@ -17,6 +17,7 @@ pre-forking mode, and multiprocessing's forkserver hands out Python calls, not p
 take over a connection's file descriptors.
 """
 
+import gc
 import json
 import os
 import random
@@ -80,6 +81,9 @@ def main():
     for service in SERVICES:
         get_backend(service)
         create_backend_app(service)
+    # Everything imported so far lives as long as every server: out of the collector's sight,
+    # it is neither traversed by each child's full collections nor copied into each child by them.
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
