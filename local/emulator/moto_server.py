@@ -375,7 +375,7 @@ class _Server(ThreadedMotoServer):
         self._server.serve_forever()
 
 
-def main():
+def main(watch_parent=True):
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
@@ -402,13 +402,14 @@ def main():
 
     threading.Thread(target=wait_stdin, daemon=True).start()
 
-    def watch_parent(parent=os.getppid()):
+    def watch(parent=os.getppid()):
         # Belt and braces for a parent that dies while another process still holds our stdin.
         while os.getppid() == parent and not done.wait(1):
             pass
         done.set()
 
-    threading.Thread(target=watch_parent, daemon=True).start()
+    if watch_parent:
+        threading.Thread(target=watch, daemon=True).start()
     done.wait()
     server.stop()
 

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import select
-import signal
 import socket
 import sys
 import traceback
@@ -64,7 +63,6 @@ def _read_line(conn):
 
 def _serve(conn, request):
     """In the forked child: become a launched server whose stdio is the connection."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for fd in (0, 1, 2):
         os.dup2(conn.fileno(), fd)
     conn.close()
@@ -73,7 +71,19 @@ def _serve(conn, request):
     random.seed()
     mock_random.seed()
     sys.argv = [moto_server.__file__, "--port", str(int(request.get("port") or 0))]
-    moto_server.main()
+    # Its lifetime is the connection's: a server outlives the zygote that forked it.
+    moto_server.main(watch_parent=False)
+
+
+def _reap():
+    """Waits for the servers that have exited. Waited for, their CPU time counts as this
+    process's children's, as a launched server's counts as its parent's: `time` over a test run
+    shows it (left to the system, it would not)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass  # none left
 
 
 def main():
@@ -87,8 +97,6 @@ def main():
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    # Children are not waited for; this keeps them from lingering as zombies.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     sys.stdout.write(json.dumps({"zygote": path}) + "\n")
     sys.stdout.flush()
     parent = os.getppid()
@@ -96,6 +104,7 @@ def main():
     try:
         while os.getppid() == parent:
             ready, _, _ = select.select([listener, 0], [], [], 1.0)
+            _reap()
             if 0 in ready and not os.read(0, 1024):
                 break
             if listener not in ready:
@@ -123,6 +132,7 @@ def main():
     finally:
         listener.close()
         os.unlink(path)
+        _reap()
 
 
 if __name__ == "__main__":
