@@ -67,7 +67,7 @@ export const handler = async (
         warn: (message, extra = {}) => logger.warn(message, extra),
       },
     });
-    // A run that changes nothing is most runs (every minute, every 600 ms on a time-scaled local
+    // A run that changes nothing is most runs (every minute, every 2 s on a time-scaled local
     // stack): debug, so the log shows what changed.
     if (result.outcome === 'unchanged')
       logger.debug('cap adjuster run', { ...result, scheduledAt: event.time });

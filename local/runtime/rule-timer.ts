@@ -45,7 +45,8 @@ export class RuleTimer {
         `rule ${this.name}: schedule ${rule.ScheduleExpression} is not supported locally`,
       );
     }
-    const scaled = period === undefined ? undefined : Math.max(50, period * this.runtime.timeScale);
+    const floor = this.runtime.options.minRulePeriodMs ?? 50;
+    const scaled = period === undefined ? undefined : Math.max(floor, period * this.runtime.timeScale);
     if (scaled === this.periodMs && enabled === this.enabled) return;
     this.schedule = rule.ScheduleExpression ?? '';
     this.periodMs = scaled;

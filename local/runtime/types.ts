@@ -16,6 +16,11 @@ export interface LocalRuntimeOptions {
   /** Multiplies scheduled rules' rates (0.01 runs a one-minute rule every 0.6 s). @default 1 */
   timeScale?: number;
   /**
+   * The shortest period a scheduled rule fires at, in ms, whatever rate × `timeScale` gives
+   * (the local stack sets LOCAL_MIN_RULE_PERIOD_MS). @default 50
+   */
+  minRulePeriodMs?: number;
+  /**
    * How often mappings, concurrency and rules are re-read, in ms; while every queue mapping is
    * watched at the moto launcher (runtime/pollers/queue-watch.ts reports its changes at once), ten times
    * less often. @default 500

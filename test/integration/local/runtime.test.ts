@@ -736,6 +736,23 @@ describe('local runtime', () => {
       expect.objectContaining({ name: `${fn.name}-tick`, schedule: 'rate(1 minute)', periodMs: 300 }),
     ]);
   });
+
+  it('fires a scheduled rule no more often than minRulePeriodMs (the local stack sets one)', async () => {
+    // Prepare
+    const fn = await deploy({});
+    await events.send(new PutRuleCommand({ Name: `${fn.name}-tick`, ScheduleExpression: 'rate(1 minute)' }));
+    await events.send(
+      new PutTargetsCommand({
+        Rule: `${fn.name}-tick`,
+        Targets: [{ Id: 'fn', Arn: `arn:aws:lambda:us-east-1:123456789012:function:${fn.name}` }],
+      }),
+    );
+    // Act: 1 minute × 0.005 would be 300 ms.
+    runtime = await start(fn.name, { timeScale: 0.005, minRulePeriodMs: 700 });
+    await waitFor('a scheduled invocation', () => recorder.calls.length >= 1);
+    // Assess
+    expect(runtime.stats().rules).toEqual([expect.objectContaining({ periodMs: 700 })]);
+  });
 });
 
 describe('local runtime rules', () => {
