@@ -124,7 +124,7 @@ interface Ready {
 
 /**
  * Resolves with the server's ready line on `out`; keeps a tail of everything else the server
- * writes to `log` (moto logs every request) for error messages, read through `tail()`.
+ * writes to `log` (warnings, a traceback) for error messages, read through `tail()`.
  */
 function watchServer(out: NodeJS.ReadableStream, log: NodeJS.ReadableStream) {
   let tail = '';

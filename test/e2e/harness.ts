@@ -80,7 +80,8 @@ let shared: SharedStack | undefined;
  * The deployed stack this vitest worker shares between e2e files (see the header), handed over in
  * the state a fresh stack starts in. Its `stop()` hands it back; the stack stops
  * {@link SHARED_IDLE_MS} after the last file handed it back, or with the worker (moto's server ends
- * when its stdin closes; the stand-ins and the runtime live in the worker's process).
+ * when its stdin, or its connection to the suite's zygote, closes; the stand-ins and the runtime
+ * live in the worker's process).
  */
 export async function sharedE2eStack(name: string): Promise<LocalStack> {
   const first = shared === undefined;
