@@ -27,7 +27,6 @@ import sys
 import traceback
 
 import moto_server  # beside this file; exits 3 when moto's server is not importable
-from moto.backends import get_backend
 from moto.moto_api._internal import mock_random
 from moto.moto_server.werkzeug_app import create_backend_app
 
@@ -89,8 +88,7 @@ def _reap():
 def main():
     path = sys.argv[1]
     for service in SERVICES:
-        get_backend(service)
-        create_backend_app(service)
+        create_backend_app(service)  # imports the service's backend and creates its default one
     # Everything imported so far lives as long as every server: out of the collector's sight,
     # it is neither traversed by each child's full collections nor copied into each child by them.
     gc.freeze()
