@@ -45,6 +45,7 @@ from usage import with_usage  # beside this file: every request counted as AWS b
 
 try:
     import moto.backends as moto_backends
+    import moto.core.responses as moto_responses
     from moto.awslambda.models import lambda_backends
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table as DynamoDBTable
@@ -209,6 +210,11 @@ def _get_application(self, environ):
 
 DomainDispatcherApplication.get_backend_for_host = _cached_backend_for_host
 DomainDispatcherApplication.get_application = _get_application
+
+# Each request's action is looked up in the names of its responses class's methods, which moto
+# lists afresh per request (inspect.getmembers over the whole class: 2-3 % of a server's request
+# handling in a profile of the e2e suite). A class's methods do not change: list them once.
+moto_responses.method_names_from_class = functools.cache(moto_responses.method_names_from_class)
 
 # Many server threads share one GIL: with Python's default 5 ms switch interval a short request
 # that wakes while another thread computes waits up to 5 ms each time it needs the GIL back

@@ -28,6 +28,7 @@ import traceback
 
 import moto_server  # beside this file; exits 3 when moto's server is not importable
 from moto.moto_api._internal import mock_random
+from moto.core.utils import get_pagination_model, get_service_model
 from moto.moto_server.werkzeug_app import create_backend_app
 
 # What the deployed stack, `cdk bootstrap` and the CLI call (a service left out still works:
@@ -44,6 +45,7 @@ SERVICES = (
     "lambda",
     "logs",
     "s3",
+    "secretsmanager",
     "sqs",
     "ssm",
     "sts",
@@ -89,6 +91,11 @@ def main():
     path = sys.argv[1]
     for service in SERVICES:
         create_backend_app(service)  # imports the service's backend and creates its default one
+        # Its API model too: moto parses botocore's JSON on a server's first call to a service
+        # (30-60 ms of CPU apiece, most of it botocore listing its data folders), once per server
+        # otherwise. Both are cached per process (functools.cache), so the children inherit them.
+        get_service_model(service)
+        get_pagination_model(service)
     # Everything imported so far lives as long as every server: out of the collector's sight,
     # it is neither traversed by each child's full collections nor copied into each child by them.
     gc.freeze()
