@@ -166,8 +166,6 @@ describe('the packages, installed outside the checkout', () => {
     clone = join(work, 'threadgate');
     project = join(work, 'consumer');
     mkdirSync(project);
-    // The deployment starts while the packages build (synth cached; it needs no package).
-    const started = startE2eStack('install');
     cleanCopy(clone);
     // README's build block, as written, in the clean copy (npm preferring its cache).
     npmEnv = cleanEnv({
@@ -176,6 +174,9 @@ describe('the packages, installed outside the checkout', () => {
       npm_config_fund: 'false',
     });
     await ok('bash', ['-e', '-c', BUILD], { cwd: clone, env: npmEnv });
+    // The deployment (it needs no package) runs while the consumer project installs and the first
+    // test synthesizes; started before the build, the stack idled through it (about 2 min).
+    const started = startE2eStack('install');
     writeFileSync(
       join(project, 'package.json'),
       JSON.stringify({ name: 'consumer', private: true, type: 'module' }),
