@@ -27,8 +27,8 @@ import sys
 import traceback
 
 import moto_server  # beside this file; exits 3 when moto's server is not importable
-from moto.moto_api._internal import mock_random
 from moto.core.utils import get_pagination_model, get_service_model
+from moto.moto_api._internal import mock_random
 from moto.moto_server.werkzeug_app import create_backend_app
 
 # What the deployed stack, `cdk bootstrap` and the CLI call (a service left out still works:

@@ -22,8 +22,8 @@ export default class SharedStackFirst extends BaseSequencer {
     const sorted = await super.sort(files);
     const first = sorted.filter(waitsOutLeases);
     const sharing = sorted.filter((f) => !first.includes(f) && sharesStack(f));
-    const long = sorted.filter((f) => !first.includes(f) && !sharing.includes(f) && isLongest(f));
-    const placed = [...first, ...sharing, ...long];
+    // isLongest is an integration file: none of the e2e files above.
+    const placed = [...first, ...sharing, ...sorted.filter(isLongest)];
     return [...placed, ...sorted.filter((f) => !placed.includes(f))];
   }
 }

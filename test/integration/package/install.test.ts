@@ -174,8 +174,8 @@ describe('the packages, installed outside the checkout', () => {
       npm_config_fund: 'false',
     });
     await ok('bash', ['-e', '-c', BUILD], { cwd: clone, env: npmEnv });
-    // The deployment (it needs no package) runs while the consumer project installs and the first
-    // test synthesizes; started before the build, the stack idled through it (about 2 min).
+    // The deployment (it needs no package) runs while the consumer project installs and the venv
+    // is made; started before the build, the stack idled through it (about 2 min).
     const started = startE2eStack('install');
     writeFileSync(
       join(project, 'package.json'),
