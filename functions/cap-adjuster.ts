@@ -13,6 +13,7 @@ import {
   readCapAdjusterConfig,
 } from './pipeline/cap.js';
 import { PipelineControl } from './pipeline/control.js';
+import { SHAPE_SETTLE_MS } from './pipeline/lanes.js';
 import { ApiKeySource } from './pipeline/secret.js';
 
 /**
@@ -43,6 +44,7 @@ export const handler = async (
     stateParameterName: config.stateParameterName,
     workerFunctionName: config.workerFunctionName,
     queueArn: config.queueArn,
+    ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
   });
   // threadsinfo is one call with no waits: TIME_SCALE would only shrink its HTTP timeout, so
   // the adjuster runs at time scale 1 even on a time-scaled local stack.
@@ -61,6 +63,15 @@ export const handler = async (
       workerFunctionName: config.workerFunctionName,
       readThreads: () => client.threadsInfo(),
       settings: config,
+      ...(config.lanes > 1
+        ? {
+            lanes: {
+              lanes: config.lanes,
+              workerTimeoutMs: config.workerTimeoutMs,
+              settleMs: SHAPE_SETTLE_MS,
+            },
+          }
+        : {}),
       metrics: { addMetric: (name, _unit, value) => metrics.addMetric(name, MetricUnit.Count, value) },
       logger: {
         info: (message, extra = {}) => logger.info(message, extra),

@@ -5,6 +5,7 @@ import { sleep as captchaSleep } from './captchaai/client.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
+import { lanesAllowed } from './pipeline/lanes.js';
 import { ApiKeySource } from './pipeline/secret.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
@@ -16,8 +17,9 @@ import { chainUntil } from './worker/chain-window.js';
 import { type WorkerClients, workerClients } from './worker/clients.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import { abortableSleep, collectingWhileIdle, idleCollector } from './worker/idle-wait.js';
+import { PipelineView, stateCacheMs } from './worker/pipeline-view.js';
 import { pollLearning } from './worker/poll-learning.js';
-import type { WorkerDeps } from './worker/types.js';
+import { errorSummary, type ProcessOptions, type WorkerDeps } from './worker/types.js';
 import { DEADLINE_MARGIN_MS } from './worker/worst-case.js';
 
 /**
@@ -82,6 +84,17 @@ export function createWorkerDeps(
     workerFunctionName: config.functionName,
     queueArn: config.queueArn,
     timeScale: config.timeScale,
+    ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
+  });
+  // With lanes the state and the shape are read together and shared by the lanes for a moment;
+  // with one lane every record reads the state, as before.
+  const view = new PipelineView({
+    read: async () => {
+      const snapshot = await control.readStateAndShape();
+      captchaai.noteState(snapshot.state);
+      return snapshot;
+    },
+    ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
   });
   const store = new OutcomesStore({
     client: clients.ddb,
@@ -92,11 +105,8 @@ export function createWorkerDeps(
   const pipeline: WorkerDeps['pipeline'] = {
     // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
     // resume since its key was read drops that key, so a rotated key is used from the resume on.
-    readState: async () => {
-      const state = await control.readState();
-      captchaai.noteState(state);
-      return state;
-    },
+    readState: async () => (await view.read()).state,
+    readShape: async () => (await view.read()).shape,
     pause: (reason, by, code) => control.pause(reason, by, code),
   };
   const batchCancels = new BatchCancels({ client: clients.ddb, tableName: config.tableName, now });
@@ -167,6 +177,29 @@ if (process.env.AWS_LAMBDA_FUNCTION_NAME) {
   }
 }
 
+/**
+ * The lanes this invocation starts with, and the lanes it may keep as the published shape moves
+ * (../pipeline/lanes.ts): none with one lane. Before the adjuster has published a shape, or when
+ * it cannot be read, one lane: never more than the cap was shown to allow.
+ */
+async function invocationLanes(deps: WorkerDeps): Promise<Pick<ProcessOptions, 'lanes'>> {
+  const { config, pipeline } = deps;
+  if (config.lanes <= 1 || !pipeline.readShape) return {};
+  const readShape = pipeline.readShape;
+  const startedAt = deps.now();
+  const allowed = async () => {
+    const shape = await readShape();
+    return shape ? Math.min(config.lanes, lanesAllowed(shape, startedAt, deps.now())) : 1;
+  };
+  let count = 1;
+  try {
+    count = await allowed();
+  } catch (err) {
+    deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
+  }
+  return { lanes: { count, allowed } };
+}
+
 /** Lambda entry point: config read and clients created once per instance. */
 export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
   const deps = instanceDeps();
@@ -193,6 +226,7 @@ export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBa
     return await processBatch(event, deps, {
       signal: controller.signal,
       chainUntil: chainUntil(deps.config, remaining),
+      ...(await invocationLanes(deps)),
     });
   } finally {
     if (timer) clearTimeout(timer);

@@ -19,6 +19,15 @@ import {
   readCap,
 } from './cap-policy.js';
 import { type PipelineControl, type PipelineState, stopReason } from './control.js';
+import {
+  type LaneSettings,
+  type LaneShape,
+  laneShape,
+  nextShapeStep,
+  type PublishedShape,
+  readLaneSettings,
+  sameShape,
+} from './lanes.js';
 
 /**
  * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
@@ -31,12 +40,14 @@ export const ADJUSTER_ACTOR = 'cap-adjuster';
 export const NO_ACTIVE_PLAN = 'NO_ACTIVE_PLAN';
 
 /** Reads the adjuster's configuration from its environment (see infra/constructs/cap-adjuster.ts). */
-export interface CapAdjusterConfig extends CapSettings {
+export interface CapAdjusterConfig extends CapSettings, LaneSettings {
   workerFunctionName: string;
   queueArn: string;
   stateParameterName: string;
   captchaaiUrl: string;
   secretName: string;
+  /** The worker's function timeout (WORKER_TIMEOUT_SECONDS), ms: how long an old invocation may run on. */
+  workerTimeoutMs: number;
 }
 
 /** The cap settings in the adjuster's environment (`threadgate status` reads them back the same way). */
@@ -60,6 +71,8 @@ export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
     captchaaiUrl: requireString(env, 'CAPTCHAAI_URL'),
     secretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
     ...readCapSettings(env),
+    ...readLaneSettings(env),
+    workerTimeoutMs: optionalNumber(env, 'WORKER_TIMEOUT_SECONDS', 900, { min: 1, max: 900 }) * 1000,
   };
 }
 
@@ -89,6 +102,11 @@ export interface AdjustCapDeps {
   /** CaptchaAI's threadsinfo (e.g. `() => client.threadsInfo()`). */
   readThreads: () => Promise<ThreadsInfo>;
   settings: CapSettings;
+  /**
+   * Lanes per invocation (see ./lanes.ts): the knobs then hold r, and the shape is published
+   * through `control`. Unset or lanes 1: the knobs hold the cap, as with one task per invocation.
+   */
+  lanes?: { lanes: number; workerTimeoutMs: number; settleMs: number; now?: () => number };
   metrics?: MetricSink;
   logger?: LogSink;
 }
@@ -108,6 +126,8 @@ export type AdjustCapResult =
       /** The cap in force after the run (capInForce of `after`; 0 while paused). */
       inForce: number | undefined;
       paused: boolean;
+      /** With lanes: the shape published after this run (r invocations of L lanes). */
+      shape?: PublishedShape;
     }
   | {
       /** Nothing written: threadsinfo failed (network, server error) or a knob was busy (ResourceInUse). */
@@ -190,9 +210,12 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   const cap = computeCap(info.threads, settings);
   const external = externalThreads(info, cap, effectiveBefore, { reserve: settings.reserve, logger, metric });
 
+  const lanes = deps.lanes && deps.lanes.lanes > 1 ? deps.lanes : undefined;
+  let shape: PublishedShape | undefined;
   const writer = new KnobWriter(deps, logger, before, mapping.uuid, cap);
   try {
-    await writer.apply(effectiveBefore);
+    if (lanes) shape = await applyShape(deps, lanes, laneShape(cap, lanes.lanes), writer, effectiveBefore);
+    else await writer.apply(effectiveBefore);
   } catch (err) {
     if (!isBusyError(err)) throw err;
     logger.warn('a concurrency knob is busy being updated; trying again next run', {
@@ -226,9 +249,46 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     workingThreads: info.workingThreads,
     externalThreadsBusy: external,
     reservedFallback,
-    inForce: capInForce(after, paused),
+    inForce: lanes && shape ? (capInForce(after, paused) ?? 0) * shape.L : capInForce(after, paused),
     paused,
+    ...(shape ? { shape } : {}),
   };
+}
+
+/**
+ * With lanes: one step toward `target` (./lanes.ts nextShapeStep): knobs that fall are written
+ * before the shape that needs them, a shape that lowers L is published before knobs that rise.
+ * Returns the shape published after the step.
+ */
+async function applyShape(
+  deps: AdjustCapDeps,
+  lanes: NonNullable<AdjustCapDeps['lanes']>,
+  target: LaneShape,
+  writer: KnobWriter,
+  effectiveBefore: number | undefined,
+): Promise<PublishedShape> {
+  const current = await deps.control.readShape();
+  const step = nextShapeStep({
+    current,
+    target,
+    rInForce: effectiveBefore,
+    now: (lanes.now ?? Date.now)(),
+    lifetimeMs: lanes.workerTimeoutMs,
+    settleMs: lanes.settleMs,
+  });
+  const publish = async () => {
+    if (sameShape(current, step.publish)) return;
+    await deps.control.writeShape(step.publish);
+    writer.changed = true;
+  };
+  if (step.kind === 'knobs-then-publish') {
+    await writer.apply(effectiveBefore, target.r);
+    await publish();
+  } else {
+    await publish();
+    if (step.kind === 'publish-then-knobs') await writer.apply(effectiveBefore, target.r);
+  }
+  return sameShape(current, step.publish) && current ? current : step.publish;
 }
 
 /**
@@ -269,13 +329,18 @@ class KnobWriter {
     private readonly logger: LogSink,
     private readonly before: CapKnobs,
     private readonly mappingUuid: string,
-    private readonly cap: number,
+    /** The value the knobs are written toward. */
+    private cap: number,
   ) {
     this.after = { ...before };
   }
 
-  /** Lowering: the mapping first; raising: the reservation first, so reserved >= mapping maximum. */
-  async apply(effectiveBefore: number | undefined): Promise<void> {
+  /**
+   * Lowering: the mapping first; raising: the reservation first, so reserved >= mapping maximum.
+   * `target`: the value both knobs take, the cap (one lane) or r (lanes).
+   */
+  async apply(effectiveBefore: number | undefined, target = this.cap): Promise<void> {
+    this.cap = target;
     if (effectiveBefore !== undefined && this.cap < effectiveBefore) {
       await this.setMapping();
       await this.setReserved();

@@ -1,8 +1,14 @@
 import type { LambdaClient } from '@aws-sdk/client-lambda';
-import { GetParameterCommand, PutParameterCommand, type SSMClient } from '@aws-sdk/client-ssm';
+import {
+  GetParameterCommand,
+  GetParametersCommand,
+  PutParameterCommand,
+  type SSMClient,
+} from '@aws-sdk/client-ssm';
 import { awsWaitMs } from '../common/aws-clients.js';
 import { ThreadgateError } from '../common/errors.js';
 import { clientOf, type LazyClient } from '../common/lazy-client.js';
+import { type PublishedShape, parseShape } from './lanes.js';
 
 /**
  * Pausing and resuming the pipeline. A pause disables the worker's SQS event source mapping
@@ -34,6 +40,8 @@ export interface PipelineControlDeps {
   workerFunctionName: string;
   /** The jobs queue ARN (the mapping's event source). */
   queueArn: string;
+  /** SSM parameter holding the published lane shape (./lanes.ts); unset when the stack runs one lane. */
+  laneShapeParameterName?: string;
   /**
    * The mapping's UUID when it is known (the stack output MappingUuid): then no
    * ListEventSourceMappings call, which has no resource-level permission, is needed.
@@ -126,12 +134,51 @@ export class PipelineControl {
   async readState(): Promise<PipelineState> {
     try {
       const out = await this.deps.ssm.send(new GetParameterCommand({ Name: this.deps.stateParameterName }));
-      const parsed = JSON.parse(out.Parameter?.Value ?? '{}') as Partial<PipelineState>;
-      return { ...parsed, paused: parsed.paused === true };
+      return parseState(out.Parameter?.Value);
     } catch (err) {
       if ((err as { name?: string }).name === 'ParameterNotFound') return { paused: false };
       throw err;
     }
+  }
+
+  /**
+   * The pipeline state and the published lane shape in one call (GetParameters), for the worker,
+   * which reads both before its records. Without a lane-shape parameter: the state alone, as
+   * readState. A missing or unreadable shape is `undefined` (the worker then runs its start shape).
+   */
+  async readStateAndShape(): Promise<{ state: PipelineState; shape: PublishedShape | undefined }> {
+    const shapeName = this.deps.laneShapeParameterName;
+    if (!shapeName) return { state: await this.readState(), shape: undefined };
+    const out = await this.deps.ssm.send(
+      new GetParametersCommand({ Names: [this.deps.stateParameterName, shapeName] }),
+    );
+    const parameterValue = (name: string) => out.Parameters?.find((p) => p.Name === name)?.Value;
+    return {
+      state: parseState(parameterValue(this.deps.stateParameterName)),
+      shape: parseShape(parameterValue(shapeName)),
+    };
+  }
+
+  /** The published lane shape, or undefined (none yet, or no lane-shape parameter). */
+  async readShape(): Promise<PublishedShape | undefined> {
+    const name = this.deps.laneShapeParameterName;
+    if (!name) return undefined;
+    try {
+      const out = await this.deps.ssm.send(new GetParameterCommand({ Name: name }));
+      return parseShape(out.Parameter?.Value);
+    } catch (err) {
+      if ((err as { name?: string }).name === 'ParameterNotFound') return undefined;
+      throw err;
+    }
+  }
+
+  /** Publishes the lane shape (the adjuster only). */
+  async writeShape(shape: PublishedShape): Promise<void> {
+    const name = this.deps.laneShapeParameterName;
+    if (!name) throw new PipelineControlError('no lane-shape parameter is configured (LANE_SHAPE_PARAM)');
+    await this.deps.ssm.send(
+      new PutParameterCommand({ Name: name, Value: JSON.stringify(shape), Type: 'String', Overwrite: true }),
+    );
   }
 
   /** Disable the mapping first (that is what stops new work), then record the reason. */
@@ -179,6 +226,12 @@ export class PipelineControl {
       }
     }
   }
+}
+
+/** The state in the parameter's JSON; a missing parameter is a running pipeline. */
+function parseState(value: string | undefined): PipelineState {
+  const parsed = JSON.parse(value ?? '{}') as Partial<PipelineState>;
+  return { ...parsed, paused: parsed.paused === true };
 }
 
 /** Tries of the worker's pause (worker/effects.ts) before the record is given back (PAUSE_FAILED). */

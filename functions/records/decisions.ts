@@ -112,6 +112,8 @@ export const REASON = {
   FINAL_WRITE_FAILED: 'FINAL_WRITE_FAILED',
   REJECT_CONFLICT: 'REJECT_CONFLICT',
   PAUSE_FAILED: 'PAUSE_FAILED',
+  /** Another lane of the invocation met the stop first and records it; this record goes back untouched. */
+  STOPPED_BY_ANOTHER_LANE: 'STOPPED_BY_ANOTHER_LANE',
   /** The form answered, and its answer says no: a failure marker, or a status or redirect `expect` does not accept. */
   FORM_REJECTED: 'FORM_REJECTED',
   /** The form answered without the success marker (or the redirect) `expect` requires. */
@@ -273,6 +275,28 @@ export function decidePauseFailed(
     action: 'retry',
     release: false,
     reason: REASON.PAUSE_FAILED,
+    ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
+  };
+}
+
+/**
+ * decideStopMetElsewhere — a stop-class error met by a lane after another lane of the same
+ * invocation met one and records it (functions/worker/batch-loop.ts): the record goes back to the
+ * queue untouched, its claim released when no task exists (a stop at in.php creates none), kept
+ * until the lease expires when one does (that task may still hold a thread). On the last allowed
+ * receive it is recorded as any stop is, so SQS never moves it without its reason.
+ */
+export function decideStopMetElsewhere(
+  stop: Extract<RecordDecision, { action: 'stop' }>,
+  leaseExpiresAt: number | undefined,
+): Extract<RecordDecision, { action: 'retry' | 'stop' }> {
+  if (stop.lastReceive) return stop;
+  if (stop.taskId === undefined)
+    return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE };
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.STOPPED_BY_ANOTHER_LANE,
     ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
   };
 }

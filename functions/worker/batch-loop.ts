@@ -45,90 +45,250 @@ export async function processBatch(
   deps: WorkerDeps,
   options: ProcessOptions = {},
 ): Promise<SQSBatchResponse> {
-  const failures: string[] = [];
-  const untouched: SQSRecord[] = [];
-  /** Messages the chain received but did not work (the invocation is ending): visible again at once. */
-  const givenBack: SQSRecord[] = [];
-  const retried: { record: SQSRecord; notBefore?: number }[] = [];
-  // Widened, not narrowed to 'none': `account` sets it from the records' promises.
-  // 'state': the pipeline state says paused; 'unpaused-stop': a stop met here could not pause;
-  // 'by-us': this invocation paused.
-  let paused = 'none' as Paused;
-  let previous: Promise<void> = Promise.resolve();
-  let chained = 0;
-  const exchanges: Promise<unknown>[] = [];
-  const account = async (record: SQSRecord, own: boolean, result: RecordResult): Promise<void> => {
-    if (result.kind === 'retry') {
-      if (!own) failures.push(record.messageId);
-      retried.push({ record, notBefore: result.notBefore });
-    } else if (own) {
-      await deleteReceived(deps, record);
-    }
-    if (result.kind === 'stopped') paused = 'by-us';
-    else if (paused === 'none' && metStopUnpaused(result)) paused = 'unpaused-stop';
-  };
+  const invocation = new Invocation(event, deps, options);
   try {
-    for (let i = 0; ; i++) {
-      const own = i >= event.Records.length;
-      if (own && (paused !== 'none' || options.signal?.aborted || !chainOpen(options))) break;
-      if (paused === 'none' && !options.signal?.aborted) {
-        const state = await readStateSafely(deps);
-        // The chain's own receive is not stopped by the disabled mapping: an unknown state ends it.
-        if (own && state === UNREADABLE) break;
-        if (state !== UNREADABLE && state.paused) {
-          paused = 'state';
-          deps.logger.info('pipeline is paused; leaving the rest of the batch in the queue', {
-            pauseReason: state.reason,
-          });
-        }
-      }
-      if (own && paused !== 'none') break;
-      const record = own ? await receiveSafely(deps) : event.Records[i];
-      if (!record) break;
-      if (own && (paused !== 'none' || options.signal?.aborted)) {
-        // Not the event's: Lambda must never see its id among the batch item failures.
-        givenBack.push(record);
-        continue;
-      }
-      if (paused !== 'none' || options.signal?.aborted) {
-        failures.push(record.messageId);
-        untouched.push(record);
-        continue;
-      }
-      if (own) chained++;
-      // Beside the record, when due (at most every 15 s, scaled, never below 5 s): a chain runs for minutes, so
-      // an exchange only at the invocation's start would leave the environment learning alone.
-      const exchanged = deps.exchangeSolveTimes?.();
-      if (exchanged) exchanges.push(exchanged);
-      let answered!: () => void;
-      const answer = new Promise<void>((resolve) => {
-        answered = resolve;
-      });
-      const ended = workSafely(record, deps, { ...options, onAnswered: answered }).then((result) =>
-        account(record, own, result),
-      );
-      await Promise.race([answer, ended]);
-      await previous;
-      previous = ended;
-    }
-    await previous;
-    if (exchanges.length > 0) {
-      const wait = new Promise((resolve) => setTimeout(resolve, EXCHANGE_WAIT_MS).unref());
-      await Promise.race([Promise.all(exchanges), wait]);
-    }
-    if (chained > 0) deps.logger.info('chain ended', { chainedRecords: chained });
-    const untouchedBackIn = untouchedVisibility(paused, deps);
-    if (untouchedBackIn !== undefined && untouched.length > 0)
-      await setVisibility(deps, untouched, untouchedBackIn);
-    if (givenBack.length > 0) await setVisibility(deps, givenBack, 0);
-    // Without this a retried message would wait out the queue's whole visibility timeout
-    // (6 x the function timeout, 43 min at the defaults) before its next try.
-    for (const [seconds, records] of retryDelays(retried, deps)) await setVisibility(deps, records, seconds);
+    await invocation.run();
+    await invocation.settle();
   } finally {
     // Per-record metrics (outcomes, conflicts) are single metrics, already published.
     if (deps.metrics.hasStoredMetrics()) deps.metrics.publishStoredMetrics();
   }
-  return { batchItemFailures: failures.map((itemIdentifier) => ({ itemIdentifier })) };
+  return invocation.response();
+}
+
+/**
+ * What the lanes of one invocation share, with one owner (lanes: ../pipeline/lanes.ts): the
+ * accounting of the event's ids and of the messages the chain took, the pause, the abort, the
+ * chain's window, and one stop per invocation. A lane owns only its loop (take, work, account)
+ * and asks through the methods below. With one lane (the default) this is the batch loop as it
+ * always was: lane 0 works the event's records, then the chain's.
+ */
+class Invocation {
+  readonly #failures: string[] = [];
+  readonly #untouched: SQSRecord[] = [];
+  /** Messages the chain received but did not work (the invocation is ending): visible again at once. */
+  readonly #givenBack: SQSRecord[] = [];
+  readonly #retried: { record: SQSRecord; notBefore?: number }[] = [];
+  readonly #exchanges: Promise<unknown>[] = [];
+  // 'state': the pipeline state says paused; 'unpaused-stop': a stop met here could not pause;
+  // 'by-us': this invocation paused.
+  #paused: Paused = 'none';
+  #chained = 0;
+  /** The deps the lanes use: with several lanes, one pause and one stop for all of them. */
+  readonly #deps: WorkerDeps;
+
+  constructor(
+    private readonly event: SQSEvent,
+    deps: WorkerDeps,
+    private readonly options: ProcessOptions,
+  ) {
+    this.#deps = (options.lanes?.count ?? 1) > 1 ? sharedStop(deps) : deps;
+  }
+
+  /** Runs every lane to its end: the invocation ends when its last lane does. */
+  async run(): Promise<void> {
+    const count = Math.max(1, this.options.lanes?.count ?? 1);
+    const lanes = Array.from({ length: count }, (_, index) =>
+      runLane(this, index, index === 0 ? this.event.Records : []),
+    );
+    await Promise.all(lanes);
+  }
+
+  get deps(): WorkerDeps {
+    return this.#deps;
+  }
+
+  get signal(): AbortSignal | undefined {
+    return this.options.signal;
+  }
+
+  /** Options for one record of a lane, with its answer callback. */
+  recordOptions(onAnswered: () => void): ProcessOptions {
+    return { ...this.options, onAnswered };
+  }
+
+  /** Nothing more is worked: the pipeline is paused (or a stop met here could not pause it). */
+  isStopped(): boolean {
+    return this.#paused !== 'none';
+  }
+
+  /** The invocation is ending: its deadline is near. */
+  isAborted(): boolean {
+    return this.options.signal?.aborted === true;
+  }
+
+  /** Whether a lane may take another message itself: not stopped, not aborted, the chain open. */
+  mayTake(): boolean {
+    return !this.isStopped() && !this.isAborted() && chainOpen(this.options);
+  }
+
+  /** Whether lane `index` is still within the lanes the published shape allows (always for one lane). */
+  async laneAllowed(index: number): Promise<boolean> {
+    if (!this.options.lanes) return true;
+    try {
+      return index < (await this.options.lanes.allowed());
+    } catch (err) {
+      this.#deps.logger.warn('could not read the lane shape; the lane ends', errorSummary(err));
+      return false;
+    }
+  }
+
+  /**
+   * Reads the pipeline state before a record: UNREADABLE when it cannot be read; a paused state
+   * stops the invocation's lanes.
+   */
+  async readState(): Promise<PipelineState | typeof UNREADABLE> {
+    const state = await readStateSafely(this.#deps);
+    if (state !== UNREADABLE && state.paused && this.#paused === 'none') {
+      this.#paused = 'state';
+      this.#deps.logger.info('pipeline is paused; leaving the rest of the batch in the queue', {
+        pauseReason: state.reason,
+      });
+    }
+    return state;
+  }
+
+  /** A message the chain took that will not be worked: visible again at once, never reported. */
+  giveBack(record: SQSRecord): void {
+    this.#givenBack.push(record);
+  }
+
+  /** One of the event's records left untouched (paused or aborted): a batch item failure. */
+  leaveUntouched(record: SQSRecord): void {
+    this.#failures.push(record.messageId);
+    this.#untouched.push(record);
+  }
+
+  noteChained(): void {
+    this.#chained++;
+  }
+
+  noteExchange(exchange: Promise<unknown> | undefined): void {
+    if (exchange) this.#exchanges.push(exchange);
+  }
+
+  /** Accounts for a record's result: deleted, retried, or left as another lane's stop left it. */
+  async account(record: SQSRecord, own: boolean, result: RecordResult): Promise<void> {
+    if (result.kind === 'retry' && result.reason === REASON.STOPPED_BY_ANOTHER_LANE && !result.notBefore) {
+      // Another lane of this invocation met the stop first and owns it: this record goes back
+      // untouched, as the later records of a stopped batch do.
+      if (own) this.giveBack(record);
+      else this.leaveUntouched(record);
+      return;
+    }
+    if (result.kind === 'retry') {
+      if (!own) this.#failures.push(record.messageId);
+      this.#retried.push({ record, notBefore: result.notBefore });
+    } else if (own) {
+      await deleteReceived(this.#deps, record);
+    }
+    if (result.kind === 'stopped') this.#paused = 'by-us';
+    else if (this.#paused === 'none' && metStopUnpaused(result)) this.#paused = 'unpaused-stop';
+  }
+
+  /** After the lanes: exchanges still under way, and every message's visibility as its result needs. */
+  async settle(): Promise<void> {
+    const deps = this.#deps;
+    if (this.#exchanges.length > 0) {
+      const wait = new Promise((resolve) => setTimeout(resolve, EXCHANGE_WAIT_MS).unref());
+      await Promise.race([Promise.all(this.#exchanges), wait]);
+    }
+    if (this.#chained > 0) deps.logger.info('chain ended', { chainedRecords: this.#chained });
+    const untouchedBackIn = untouchedVisibility(this.#paused, deps);
+    if (untouchedBackIn !== undefined && this.#untouched.length > 0)
+      await setVisibility(deps, this.#untouched, untouchedBackIn);
+    if (this.#givenBack.length > 0) await setVisibility(deps, this.#givenBack, 0);
+    // Without this a retried message would wait out the queue's whole visibility timeout
+    // (6 x the function timeout, 43 min at the defaults) before its next try.
+    for (const [seconds, records] of retryDelays(this.#retried, deps))
+      await setVisibility(deps, records, seconds);
+  }
+
+  /** The partial batch response: only the event's own ids. */
+  response(): SQSBatchResponse {
+    return { batchItemFailures: this.#failures.map((itemIdentifier) => ({ itemIdentifier })) };
+  }
+}
+
+/**
+ * One lane: today's one-task-at-a-time loop. It works `first` (lane 0: the event's records), then,
+ * while the chain is open, messages it takes from the queue itself. The next record starts once
+ * the previous one's answer is in hand or it has ended; at most two records of a lane are open.
+ */
+async function runLane(inv: Invocation, index: number, first: SQSRecord[]): Promise<void> {
+  const { deps } = inv;
+  let previous: Promise<void> = Promise.resolve();
+  for (let i = 0; ; i++) {
+    const own = i >= first.length;
+    if (own && !inv.mayTake()) break;
+    // A lane beyond the lanes now allowed (the cap fell) ends before its next in.php.
+    if (own && !(await inv.laneAllowed(index))) break;
+    if (!inv.isStopped() && !inv.isAborted()) {
+      const state = await inv.readState();
+      // The chain's own receive is not stopped by the disabled mapping: an unknown state ends it.
+      if (own && state === UNREADABLE) break;
+    }
+    if (own && inv.isStopped()) break;
+    const record = own ? await receiveSafely(deps) : first[i];
+    if (!record) break;
+    if (own && (inv.isStopped() || inv.isAborted())) {
+      // Not the event's: Lambda must never see its id among the batch item failures.
+      inv.giveBack(record);
+      continue;
+    }
+    if (inv.isStopped() || inv.isAborted()) {
+      inv.leaveUntouched(record);
+      continue;
+    }
+    if (own) inv.noteChained();
+    // Beside the record, when due (at most every 15 s, scaled, never below 5 s): a chain runs for minutes, so
+    // an exchange only at the invocation's start would leave the environment learning alone.
+    inv.noteExchange(deps.exchangeSolveTimes?.());
+    let answered!: () => void;
+    const answer = new Promise<void>((resolve) => {
+      answered = resolve;
+    });
+    const ended = workSafely(record, deps, inv.recordOptions(answered)).then((result) =>
+      inv.account(record, own, result),
+    );
+    await Promise.race([answer, ended]);
+    await previous;
+    previous = ended;
+  }
+  await previous;
+}
+
+/**
+ * The deps of an invocation with several lanes: one pause for all of them (lanes that meet a
+ * stop-class error together make one mapping update, not several failing each other with
+ * ResourceInUse), and one stop: the lane that meets it first records it (row, DLQ copy, pause);
+ * the others give their records back untouched (../records/decisions.ts decideStopMetElsewhere).
+ */
+function sharedStop(deps: WorkerDeps): WorkerDeps {
+  let pausing: Promise<unknown> | undefined;
+  let stopOwned = false;
+  return {
+    ...deps,
+    pipeline: {
+      ...deps.pipeline,
+      pause: (reason, by, code) => {
+        const attempt = pausing ?? deps.pipeline.pause(reason, by, code);
+        pausing = attempt;
+        // A failed pause may be tried again by the lane that owns the stop.
+        attempt.catch(() => {
+          if (pausing === attempt) pausing = undefined;
+        });
+        return attempt as ReturnType<WorkerDeps['pipeline']['pause']>;
+      },
+    },
+    stops: {
+      claim: () => {
+        if (stopOwned) return false;
+        stopOwned = true;
+        return true;
+      },
+    },
+  };
 }
 
 /** Whether the invocation may still take a message itself (see ./chain.ts). */

@@ -3,6 +3,7 @@ import { DEFAULT_TIMINGS, readTimingsFromEnv, type SolveTimingsOverrides } from 
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
 import { DEFAULTS } from '../common/settings.js';
+import { type LaneSettings, readLaneSettings } from '../pipeline/lanes.js';
 import { type FormExpectation, parseFormExpectation } from '../records/form-verdict.js';
 import { type Allowlist, parseAllowlist, parseDnsServers } from '../target/allowlist.js';
 
@@ -10,7 +11,7 @@ import { type Allowlist, parseAllowlist, parseDnsServers } from '../target/allow
  * The worker's configuration, read once per instance from the environment the stack sets
  * (docs/design.md "Worker environment") and validated; errors name the variable.
  */
-export interface WorkerConfig {
+export interface WorkerConfig extends LaneSettings {
   tableName: string;
   queueUrl: string;
   queueArn: string;
@@ -101,5 +102,6 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
     chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,
     formExpect: parseFormExpectation(env.FORM_EXPECT, 'FORM_EXPECT'),
+    ...readLaneSettings(env),
   };
 }

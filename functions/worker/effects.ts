@@ -3,7 +3,12 @@ import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DeleteMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { PAUSE_TRIES, pauseBackoffMs, stopReason } from '../pipeline/control.js';
-import { decidePauseFailed, decideRejectConflict, type RecordDecision } from '../records/decisions.js';
+import {
+  decidePauseFailed,
+  decideRejectConflict,
+  decideStopMetElsewhere,
+  type RecordDecision,
+} from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import type { OutcomeStatus } from '../records/store.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
@@ -135,6 +140,11 @@ async function applyStop(
   c: ApplyContext,
 ): Promise<RecordResult> {
   const { deps, log, record } = c;
+  if (deps.stops && !deps.stops.claim()) {
+    // Another lane of this invocation met the stop first and records it.
+    const elsewhere = decideStopMetElsewhere(decision, c.leaseExpiresAt);
+    if (elsewhere.action === 'retry') return applyDecision(elsewhere, c);
+  }
   // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
   deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);
   log.error('stop-class error: pausing the pipeline', {

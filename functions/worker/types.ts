@@ -5,6 +5,7 @@ import type { Dispatcher } from 'undici';
 import type { SolveOptions } from '../captchaai/client.js';
 import type { CaptchaTask, SolveResult } from '../captchaai/types.js';
 import type { PipelineControl } from '../pipeline/control.js';
+import type { PublishedShape } from '../pipeline/lanes.js';
 import type { BatchCancel } from '../records/cancellations.js';
 import type { OutcomeStatus, OutcomesStore } from '../records/store.js';
 import type { Resolver } from '../target/allowlist.js';
@@ -21,7 +22,10 @@ export interface WorkerDeps {
   config: WorkerConfig;
   store: OutcomesStore;
   sqs: SQSClient;
-  pipeline: Pick<PipelineControl, 'readState' | 'pause'>;
+  /** `readShape`: the published lane shape, with lanes (../pipeline/lanes.ts). */
+  pipeline: Pick<PipelineControl, 'readState' | 'pause'> & {
+    readShape?: () => Promise<PublishedShape | undefined>;
+  };
   /** The CaptchaAI client for the current key (the key is read lazily, on the first solve). */
   solver: () => Promise<Solver>;
   resolver: Resolver;
@@ -35,6 +39,12 @@ export interface WorkerDeps {
   metrics: Metrics;
   /** Batch cancels as this environment last read them (./cancel-watch.ts); unset: none are read. */
   cancels?: { cancelOf(batchId: string): Promise<BatchCancel | undefined> };
+  /**
+   * With several lanes in one invocation: the first lane to meet a stop-class error claims the
+   * stop (true) and records it; the others (false) give their records back untouched
+   * (./batch-loop.ts sharedStop). Unset with one lane: every stop is recorded.
+   */
+  stops?: { claim(): boolean };
   /** A unique lease owner per claim. */
   newOwner?: () => string;
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
@@ -69,6 +79,12 @@ export interface ProcessOptions {
   onAnswered?: () => void;
   /** Until when (a `performance.now()` time) the invocation may take messages itself; unset: never. */
   chainUntil?: number;
+  /**
+   * Lanes (../pipeline/lanes.ts): `count` one-task loops run side by side, and a lane whose index
+   * is not below `allowed()` (the published shape, read through the environment's cache) ends
+   * before it takes its next message. Unset: one lane.
+   */
+  lanes?: { count: number; allowed(): Promise<number> };
 }
 
 /** The fields a log line carries about an error (never its whole object: it may hold a request). */

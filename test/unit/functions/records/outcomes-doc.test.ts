@@ -29,13 +29,14 @@ const TARGET_CODES = [...CODE.matchAll(/new TargetError\(\s*['`]([A-Z_]+?)(?:\$\
 /**
  * Not row reasons: an aborted invocation leaves the record to its lease (decideOutcome: retry, no
  * row); a final write that never landed and a pause that failed are retries too (the row's
- * reason comes later: OUTCOME_UNKNOWN, or the stop code).
+ * reason comes later: OUTCOME_UNKNOWN, or the stop code), and so is a stop another lane records.
  */
 const NOT_ROW_REASONS = new Set([
   'TARGET_ABORTED',
   REASON.ABORTED,
   REASON.FINAL_WRITE_FAILED,
   REASON.PAUSE_FAILED,
+  REASON.STOPPED_BY_ANOTHER_LANE,
   REASON.LEASED_ELSEWHERE,
   REASON.ALREADY_FINISHED,
 ]);
