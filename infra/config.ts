@@ -1,7 +1,8 @@
 import type { PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
 import { ConfigError } from '../functions/common/errors.js';
-import { DEFAULTS } from '../functions/common/settings.js';
+import { DEFAULTS, workerMemoryMbFor } from '../functions/common/settings.js';
+import { MAX_LANES } from '../functions/pipeline/lanes.js';
 import { type FormExpectation, parseFormExpectation } from '../functions/records/form-verdict.js';
 import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
 import { worstCaseRecordMs } from '../functions/worker/worst-case.js';
@@ -68,7 +69,7 @@ export interface ThreadgateConfig {
   /**
    * Worker memory in MB (128..10240). Lambda sizes V8's heap and the CPU share from it, and bills
    * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it
-   * (docs/benchmark.md "Worker memory"). @default 168
+   * (docs/benchmark.md "Worker memory"). @default 168 with one lane; more with lanes (functions/common/settings.ts workerMemoryMbFor)
    */
   readonly workerMemoryMb: number;
   /**
@@ -79,6 +80,15 @@ export interface ThreadgateConfig {
    * 900 s; what the timeout leaves above the worst case bounds it. @default 120 × timeScale
    */
   readonly chainSeconds: number;
+  /**
+   * The most lanes one worker invocation may run (1..64): one-task loops side by side in one
+   * invocation (capacity × parallelism). With k > 1 the cap is carried by r invocations of L lanes,
+   * r × L ≤ cap (functions/pipeline/lanes.ts): reserved concurrency and the mapping's maximum hold
+   * r, so the Lambda duration bill and the concurrency quota fall by about L. The trade: an OOM, a
+   * crash or a timeout of one invocation touches up to 2L records. Lanes need the chain
+   * (`chainSeconds` > 0): lanes beyond the first take their messages with it. @default 1
+   */
+  readonly lanes: number;
   /** Worker function timeout in seconds. @default the worst case of one record (see {@link worstCaseAttemptMs}) plus chainSeconds, at least 10, at most 900 */
   readonly workerTimeoutSeconds: number;
   /** Receives before SQS moves a message to the DLQ (>= 5). @default 5 */
@@ -135,6 +145,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'pollSchedule',
   'pollMeanBudget',
   'chainSeconds',
+  'lanes',
   'workerTimeoutSeconds',
   'workerMemoryMb',
   'maxReceiveCount',
@@ -199,12 +210,31 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...timings,
     workerTimeoutSeconds,
     chainSeconds,
-    workerMemoryMb: readInteger(input, 'workerMemoryMb', DEFAULTS.workerMemoryMb, { min: 128, max: 10_240 }),
+    ...readLanes(input, chainSeconds),
     ...redelivery,
     visibilityTimeoutSeconds,
     ...monitoring,
     expect: parseFormExpectation(input.expect, 'expect'),
   };
+}
+
+/** Lanes, and the worker memory that goes with them unless set (functions/common/settings.ts). */
+function readLanes(
+  input: ThreadgateSettings,
+  chainSeconds: number,
+): Pick<ThreadgateConfig, 'lanes' | 'workerMemoryMb'> {
+  const lanes = readInteger(input, 'lanes', 1, { min: 1, max: MAX_LANES });
+  if (lanes > 1 && chainSeconds <= 0) {
+    throw new ConfigError(
+      'lanes',
+      `lanes above 1 take their messages with the chain: set chainSeconds above 0 (lanes ${lanes})`,
+    );
+  }
+  const workerMemoryMb = readInteger(input, 'workerMemoryMb', workerMemoryMbFor(lanes), {
+    min: 128,
+    max: 10_240,
+  });
+  return { lanes, workerMemoryMb };
 }
 
 function readStackName(input: ThreadgateSettings): string {

@@ -139,6 +139,16 @@ export interface ThreadgateProps {
    */
   readonly chainSeconds?: number;
   /**
+   * The most lanes (one-task loops) one worker invocation may run. With more than 1, the cap is
+   * carried by r invocations of L lanes (r × L ≤ cap, L ≤ lanes, L chosen so at most about 2 % of
+   * the cap is unused): reserved concurrency and the mapping's maximum hold r, so the Lambda
+   * duration bill and the account concurrency needed fall by about L; an OOM, a crash or a timeout
+   * of one invocation then touches up to 2L records. Needs chainSeconds above 0.
+   * Valid range: 1–64.
+   * @default 1
+   */
+  readonly lanes?: number;
+  /**
    * Worker timeout in seconds; a value below the worst-case attempt is refused.
    * Valid range: 1–900, and at least the worst case of one record.
    * @default the worst case of one record (759 s) plus chainSeconds (879 s at the defaults), at least 10, at most 900
@@ -147,7 +157,7 @@ export interface ThreadgateProps {
   /**
    * Worker memory in MB; the default rests on the worker's peak RSS measured as Lambda runs it.
    * Valid range: 128–10240.
-   * @default 168
+   * @default 168 with one lane; 192 up to 8 lanes, 256 up to 16, then 8 more per lane
    */
   readonly workerMemoryMb?: number;
   /**
@@ -284,7 +294,10 @@ export class Threadgate extends Construct {
       visibilityTimeout: Duration.seconds(config.visibilityTimeoutSeconds),
       maxReceiveCount: config.maxReceiveCount,
     });
-    const pipelineState = new PipelineState(this, 'PipelineState', { stackName: config.stackName });
+    const pipelineState = new PipelineState(this, 'PipelineState', {
+      stackName: config.stackName,
+      ...(config.lanes > 1 ? { lanes: config.lanes, initialCap: config.initialCap } : {}),
+    });
     // The learned poll schedule's environments share their solve times; a static one needs none.
     const solveTimes =
       config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;

@@ -46,3 +46,15 @@ export const DEFAULTS = {
   /** Visibility of a message returned for a retry, × TIME_SCALE, at least 1 s. */
   retryDelaySeconds: 30,
 } as const;
+
+/**
+ * The worker's default memory for a `lanes` setting, MB: its measured peak RSS with that many
+ * lanes (docs/benchmark.md "Worker memory with lanes") within 3/4 of it. Lambda gives CPU in
+ * proportion to memory, so this also sets the lanes' share of a core.
+ */
+export function workerMemoryMbFor(lanes: number): number {
+  if (lanes <= 1) return DEFAULTS.workerMemoryMb;
+  if (lanes <= 8) return 192;
+  if (lanes <= 16) return 256;
+  return 256 + 8 * (lanes - 16);
+}

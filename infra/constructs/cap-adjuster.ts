@@ -52,6 +52,13 @@ export class CapAdjuster extends Construct {
       RESERVE: String(config.reserve),
       MIN_CAP: String(config.minCap),
       MAX_CAP: String(config.maxCap),
+      ...(props.pipelineState.laneShape
+        ? {
+            LANES: String(config.lanes),
+            LANE_SHAPE_PARAM: props.pipelineState.laneShape.parameterName,
+            WORKER_TIMEOUT_SECONDS: String(config.workerTimeoutSeconds),
+          }
+        : {}),
       POWERTOOLS_SERVICE_NAME: config.stackName,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
     };
@@ -89,6 +96,7 @@ export class CapAdjuster extends Construct {
       resourceArns: [worker.fn.functionArn],
     });
     props.pipelineState.grantReadWrite(this.role);
+    props.pipelineState.grantShapeReadWrite(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
     this.mappingPolicy = props.pipelineState.grantMappingControl(
       this,

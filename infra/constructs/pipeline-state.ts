@@ -2,10 +2,15 @@ import { ArnFormat, Stack } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { Construct } from 'constructs';
+import { laneShape } from '../../functions/pipeline/lanes.js';
 
 export interface PipelineStateProps {
   /** Stack-derived prefix of the parameter name. */
   readonly stackName: string;
+  /** With more than one lane per worker invocation: the lane-shape parameter is made, starting at initialCap's shape. */
+  readonly lanes?: number;
+  /** The cap deployed before the adjuster's first run (its shape is the parameter's first value). */
+  readonly initialCap?: number;
 }
 
 /** The state a fresh deployment starts in. */
@@ -19,6 +24,11 @@ export const INITIAL_PIPELINE_STATE = JSON.stringify({ paused: false });
  */
 export class PipelineState extends Construct {
   readonly parameter: ssm.StringParameter;
+  /**
+   * With lanes: where the cap adjuster publishes {cap, r, L} (functions/pipeline/lanes.ts) and the
+   * worker reads it with the state, in one GetParameters.
+   */
+  readonly laneShape?: ssm.StringParameter;
 
   constructor(scope: Construct, id: string, props: PipelineStateProps) {
     super(scope, id);
@@ -28,14 +38,42 @@ export class PipelineState extends Construct {
       description:
         'threadgate pipeline state: JSON {paused, reason, code, since, by}; resume only with `threadgate resume`',
     });
+    if (props.lanes !== undefined && props.lanes > 1) {
+      const first = laneShape(props.initialCap ?? 1, props.lanes);
+      this.laneShape = new ssm.StringParameter(this, 'LaneShape', {
+        parameterName: `/${props.stackName}/lane-shape`,
+        stringValue: JSON.stringify({ ...first, since: 0 }),
+        description: 'threadgate lane shape: JSON {cap, r, L, since, drain?}, published by the cap adjuster',
+      });
+    }
   }
 
-  /** Read and write this one parameter (GetParameter, PutParameter). */
+  /** Read and write the state parameter (GetParameter, PutParameter). */
   grantReadWrite(grantee: iam.IGrantable): void {
     iam.Grant.addToPrincipal({
       grantee,
       actions: ['ssm:GetParameter', 'ssm:PutParameter'],
       resourceArns: [this.parameter.parameterArn],
+    });
+  }
+
+  /** The worker's read of the state and the lane shape in one call (GetParameters on both); nothing without lanes. */
+  grantReadWithShape(grantee: iam.IGrantable): void {
+    if (!this.laneShape) return;
+    iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['ssm:GetParameters'],
+      resourceArns: [this.parameter.parameterArn, this.laneShape.parameterArn],
+    });
+  }
+
+  /** The adjuster's read and write of the lane shape (GetParameter, PutParameter); nothing without lanes. */
+  grantShapeReadWrite(grantee: iam.IGrantable): void {
+    if (!this.laneShape) return;
+    iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['ssm:GetParameter', 'ssm:PutParameter'],
+      resourceArns: [this.laneShape.parameterArn],
     });
   }
 

@@ -8,6 +8,7 @@ import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { mappingMaximumFor } from '../../functions/pipeline/cap-policy.js';
+import { laneShape } from '../../functions/pipeline/lanes.js';
 import { readWorkerConfig } from '../../functions/worker/config.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
@@ -45,6 +46,7 @@ export class Worker extends Construct {
     super(scope, id);
     const { config } = props;
     this.functionName = `${config.stackName}-worker`;
+    const firstShape = laneShape(config.initialCap, props.pipelineState.laneShape ? config.lanes : 1);
 
     const environment: Record<string, string> = {
       TABLE_NAME: props.table.tableName,
@@ -59,6 +61,9 @@ export class Worker extends Construct {
       ...(config.dnsServers.length > 0 ? { DNS_SERVERS: config.dnsServers.join(',') } : {}),
       LEASE_SECONDS: String(config.leaseSeconds),
       CHAIN_SECONDS: String(config.chainSeconds),
+      ...(props.pipelineState.laneShape
+        ? { LANES: String(config.lanes), LANE_SHAPE_PARAM: props.pipelineState.laneShape.parameterName }
+        : {}),
       TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
       TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
       COOLDOWN_MS: String(config.cooldownMs),
@@ -85,7 +90,8 @@ export class Worker extends Construct {
       description: 'threadgate worker: solves one job through CaptchaAI and posts the form',
       timeout: Duration.seconds(config.workerTimeoutSeconds),
       logRetentionDays: config.logRetentionDays,
-      reservedConcurrentExecutions: config.initialCap,
+      // r of the first shape: the cap itself with one lane (functions/pipeline/lanes.ts).
+      reservedConcurrentExecutions: firstShape.r,
       // The default rests on the peak RSS of one environment measured as Lambda runs it, a Node
       // process under the runtime's heap flags (docs/benchmark.md "Worker memory").
       memorySize: config.workerMemoryMb,
@@ -101,8 +107,8 @@ export class Worker extends Construct {
     this.mapping = new sources.SqsEventSource(props.queue, {
       batchSize: 1,
       reportBatchItemFailures: true,
-      // Reserved concurrency = initialCap holds the cap, so a cap of 1 needs no mapping maximum.
-      maxConcurrency: mappingMaximumFor(config.initialCap, true),
+      // Reserved concurrency = r holds it, so an r of 1 (a cap of 1) needs no mapping maximum.
+      maxConcurrency: mappingMaximumFor(firstShape.r, true),
       enabled: true,
     });
     this.bundled.fn.addEventSource(this.mapping);
@@ -116,6 +122,7 @@ export class Worker extends Construct {
       resourceArns: [props.table.tableArn],
     });
     props.pipelineState.grantReadWrite(this.role);
+    props.pipelineState.grantReadWithShape(this.role);
     props.solveTimes?.grantExchange(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
     this.mappingPolicy = props.pipelineState.grantMappingControl(
