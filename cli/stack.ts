@@ -326,6 +326,7 @@ export function pipelineControl(aws: AwsContext, stack: ThreadgateStack): Pipeli
     queueArn: output(stack, 'QueueArn'),
     // From the outputs, so operators need no ListEventSourceMappings (a `*` permission).
     mappingUuid: stack.outputs.MappingUuid,
+    ...(stack.outputs.LaneShapeParameter ? { laneShapeParameterName: stack.outputs.LaneShapeParameter } : {}),
   });
 }
 

@@ -18,7 +18,11 @@ export const STACK_OUTPUT_KEYS = [
 
 export type StackOutputKey = (typeof STACK_OUTPUT_KEYS)[number];
 
-/** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`). */
-export const OPTIONAL_STACK_OUTPUT_KEYS = ['OutcomesQueueUrl', 'OutcomeFailuresQueueUrl'] as const;
+/** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`; lanes above 1). */
+export const OPTIONAL_STACK_OUTPUT_KEYS = [
+  'OutcomesQueueUrl',
+  'OutcomeFailuresQueueUrl',
+  'LaneShapeParameter',
+] as const;
 
 export type OptionalStackOutputKey = (typeof OPTIONAL_STACK_OUTPUT_KEYS)[number];

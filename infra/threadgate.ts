@@ -323,6 +323,7 @@ export class Threadgate extends Construct {
       adjuster: adjuster.fn,
       oldestMessageAlarmSeconds: config.oldestMessageAlarmSeconds,
       alarmTopicArn: config.alarmTopicArn,
+      lanes: config.lanes,
       outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
     this.parts = { queues, outcomes, pipelineState, worker, adjuster, monitoring, outcomeStream, solveTimes };

@@ -66,6 +66,18 @@ export interface StatusReport {
    * the lower of reserved concurrency and the mapping maximum, 0 while paused, null when neither is set.
    */
   cap: number | null;
+  /**
+   * With lanes (functions/pipeline/lanes.ts): the invocations the knobs allow (r), the lanes each
+   * runs (L; invocations started before the knobs last fell run at most `olderInvocationsLanes`),
+   * and the threads working at CaptchaAI now (this pipeline's busy lanes plus any other user of
+   * the key). null with one lane per invocation.
+   */
+  lanes: {
+    invocations: number | null;
+    lanesPerInvocation: number;
+    olderInvocationsLanes?: number;
+    busy: number | null;
+  } | null;
   reservedConcurrency: number | null;
   mappingMaximumConcurrency: number | null;
   batchSize: number | null;
@@ -143,13 +155,14 @@ export async function collectStatus(
   const worker = output(stack, 'WorkerFunctionName');
   const warnings: string[] = [];
   const failuresUrl = stack.outputs.OutcomeFailuresQueueUrl;
-  const [reading, queue, dlq, plan, scanned, failures] = await Promise.all([
+  const [reading, queue, dlq, plan, scanned, failures, shape] = await Promise.all([
     readCap({ lambda: aws.clients.lambda, control, workerFunctionName: worker }),
     queueCounts(aws, output(stack, 'QueueUrl')),
     queueCounts(aws, output(stack, 'DlqUrl')),
     planStatus(aws, stack),
     countOutcomes ? scanOutcomes(aws, output(stack, 'TableName')) : Promise.resolve(null),
     failuresUrl ? queueCounts(aws, failuresUrl) : Promise.resolve(null),
+    control.readShape(),
   ]);
   const { mapping, state } = reading;
   const reserved = reading.knobs.reservedConcurrency ?? null;
@@ -194,7 +207,16 @@ export async function collectStatus(
       by: state.by,
       mismatch,
     },
-    cap: reading.cap ?? null,
+    cap:
+      shape && reading.cap !== undefined ? Math.min(reading.cap * shape.L, shape.cap) : (reading.cap ?? null),
+    lanes: shape
+      ? {
+          invocations: reading.cap ?? null,
+          lanesPerInvocation: shape.L,
+          ...(shape.drain && Date.now() < shape.drain.until ? { olderInvocationsLanes: shape.drain.L } : {}),
+          busy: 'error' in plan ? null : plan.workingThreads,
+        }
+      : null,
     reservedConcurrency: reserved,
     mappingMaximumConcurrency: maximum,
     batchSize: mapping.batchSize ?? null,
@@ -348,6 +370,16 @@ export function renderStatus(r: StatusReport): string {
       r.mappingMaximumConcurrency ?? 'none'
     }, batch size ${r.batchSize ?? '?'})`,
   );
+  if (r.lanes) {
+    const older =
+      r.lanes.olderInvocationsLanes === undefined
+        ? ''
+        : ` (invocations started before the cap fell: ${r.lanes.olderInvocationsLanes})`;
+    const busy = r.lanes.busy === null ? '' : `; ${r.lanes.busy} threads working at CaptchaAI`;
+    lines.push(
+      `lanes        ${r.lanes.invocations ?? 'any'} invocations × ${r.lanes.lanesPerInvocation} lanes${older}${busy}`,
+    );
+  }
   if ('error' in r.plan) lines.push(`plan         unavailable: ${r.plan.error}`);
   else {
     const target =

@@ -93,7 +93,9 @@ export type CapMetricName =
   | 'ExternalThreadsBusy'
   | 'ReservedConcurrencyFallback'
   | 'PipelinePaused'
-  | 'StopEvents';
+  | 'StopEvents'
+  /** With lanes: the L published (the dashboard's in flight is invocations × this). */
+  | 'LanesPerInvocation';
 
 export interface AdjustCapDeps {
   lambda: LambdaClient;
@@ -228,6 +230,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
 
   const { after, changed, reservedFallback } = writer;
   metric('Cap', cap);
+  if (shape) metric('LanesPerInvocation', shape.L);
   metric('ReservedConcurrencyFallback', reservedFallback ? 1 : 0);
   metric('PipelinePaused', paused ? 1 : 0);
   if (changed) {

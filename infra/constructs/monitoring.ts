@@ -20,6 +20,8 @@ export interface MonitoringProps {
   readonly oldestMessageAlarmSeconds: number;
   /** SNS topic the alarms notify. @default none */
   readonly alarmTopicArn?: string;
+  /** The most lanes per worker invocation: above 1 the in-flight figure counts lanes. @default 1 */
+  readonly lanes?: number;
   /** The outcome stream's publisher and failure queue (absent with `outcomeStream=false`). */
   readonly outcomeStream?: {
     readonly publisher: lambda.IFunction;
@@ -147,15 +149,34 @@ function monitoringMetrics(props: MonitoringProps) {
     oldestAge: props.queue.metricApproximateAgeOfOldestMessage(maxPerMinute),
     paused: custom('PipelinePaused', 'Maximum'),
     adjusterErrors: props.adjuster.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
-    inFlight: new cloudwatch.Metric({
-      namespace: 'AWS/Lambda',
-      metricName: 'ConcurrentExecutions',
-      dimensionsMap: { FunctionName: props.worker.functionName },
-      statistic: 'Maximum',
-      period: minute,
-      label: 'In flight (worker concurrent executions)',
-    }),
+    inFlight: inFlightMetric(props, custom, minute),
   };
+}
+
+/**
+ * In flight: the worker's concurrent executions; with lanes, each invocation runs up to L lanes, so
+ * executions × the L the adjuster publishes (an upper bound: some lanes of an invocation may idle).
+ */
+function inFlightMetric(
+  props: MonitoringProps,
+  custom: (metricName: string, statistic: string) => cloudwatch.Metric,
+  period: Duration,
+): cloudwatch.IMetric {
+  const executions = new cloudwatch.Metric({
+    namespace: 'AWS/Lambda',
+    metricName: 'ConcurrentExecutions',
+    dimensionsMap: { FunctionName: props.worker.functionName },
+    statistic: 'Maximum',
+    period,
+    label: 'In flight (worker concurrent executions)',
+  });
+  if (!props.lanes || props.lanes <= 1) return executions;
+  return new cloudwatch.MathExpression({
+    expression: 'executions * FILL(lanes, REPEAT)',
+    usingMetrics: { executions, lanes: custom('LanesPerInvocation', 'Maximum') },
+    label: 'In flight (lanes: worker concurrent executions × lanes per invocation, at most)',
+    period,
+  });
 }
 
 /** The dashboard's rows: cap and in flight, queues, outcomes, solves, pipeline state, errors, stream. */

@@ -66,6 +66,12 @@ export function addStackOutputs(scope: Construct, tg: StackOutputSources): void 
       description: 'Outcome stream records that could not be published (Lambda on-failure records)',
     };
   }
+  if (parts.pipelineState.laneShape) {
+    optional.LaneShapeParameter = {
+      value: parts.pipelineState.laneShape.parameterName,
+      description: 'SSM parameter with the lane shape the cap adjuster publishes ({cap, r, L})',
+    };
+  }
   for (const [key, output] of Object.entries({ ...outputs, ...optional })) {
     new CfnOutput(scope, key, output).overrideLogicalId(key);
   }

@@ -57,7 +57,7 @@ export const CAP = computeCap(E2E.threads, {
  */
 export function startE2eStack(
   name: string,
-  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays' | 'threads' | 'reserve'> = {},
+  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays' | 'threads' | 'reserve' | 'settings'> = {},
 ): Promise<LocalStack> {
   return startLocalStack({
     ...E2E,

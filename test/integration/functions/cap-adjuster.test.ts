@@ -547,6 +547,91 @@ describe('adjustCap against the Lambda API (moto) and threadsinfo (stand-in)', (
   });
 });
 
+describe('adjustCap with lanes: the knobs hold r, the shape is published beside the state', () => {
+  const SHAPE_PARAMETER = '/tg-test/lane-shape';
+  let clock = 1_000_000;
+  const lanesDeps = (world: World): AdjustCapDeps =>
+    deps(
+      {
+        ...world,
+        control: new PipelineControl({
+          lambda,
+          ssm,
+          stateParameterName: world.stateParameter,
+          workerFunctionName: WORKER,
+          queueArn: world.queueArn,
+          laneShapeParameterName: SHAPE_PARAMETER,
+          sleep: async () => {},
+        }),
+      },
+      { lanes: { lanes: 4, workerTimeoutMs: 600_000, settleMs: 4_000, now: () => clock } },
+    );
+  const shapeOf = async () =>
+    JSON.parse(
+      (await ssm.send(new GetParameterCommand({ Name: SHAPE_PARAMETER }))).Parameter?.Value ?? '{}',
+    ) as Record<string, unknown>;
+
+  it('publishes {cap, r, L} and sets both knobs to r', async () => {
+    // Prepare: 13 threads − 1 = cap 12 → 3 invocations of 4 lanes
+    const world = await createWorld({ reserved: 2, mappingMaximum: 2 });
+    standin.setThreads(13);
+    // Act
+    const result = await adjustCap(lanesDeps(world));
+    // Assess
+    expect(result).toMatchObject({
+      outcome: 'changed',
+      cap: 12,
+      inForce: 12,
+      shape: { cap: 12, r: 3, L: 4 },
+    });
+    expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
+    expect(await shapeOf()).toMatchObject({ cap: 12, r: 3, L: 4, since: clock });
+    expect(metric('LanesPerInvocation')).toBe(4);
+  });
+
+  it('on a fall, lowers the knobs first and publishes a drain for the invocations started before it', async () => {
+    // Prepare: at cap 12 (3 × 4)
+    const world = await createWorld({ reserved: 3, mappingMaximum: 3 });
+    standin.setThreads(13);
+    await adjustCap(lanesDeps(world));
+    recorded.commands = [];
+    // Act: 7 threads − 1 = cap 6 → 2 × 3; the 3 older invocations keep 2 lanes each
+    standin.setThreads(7);
+    clock += 60_000;
+    await adjustCap(lanesDeps(world));
+    // Assess
+    expect(await knobsOf(world)).toMatchObject({ reserved: 2, mappingMaximum: 2 });
+    expect(await shapeOf()).toMatchObject({
+      cap: 6,
+      r: 2,
+      L: 3,
+      drain: { L: 2, fromR: 3, until: clock + 600_000 },
+    });
+    expect(writes()).toEqual(['UpdateEventSourceMappingCommand', 'PutFunctionConcurrencyCommand']);
+  });
+
+  it('on a grow that needs fewer lanes, publishes the smaller L first and raises r on a later run', async () => {
+    // Prepare: cap 8 with lanes 4 (2 × 4)
+    const world = await createWorld({ reserved: 2, mappingMaximum: 2 });
+    standin.setThreads(9);
+    await adjustCap(lanesDeps(world));
+    expect(await shapeOf()).toMatchObject({ cap: 8, r: 2, L: 4 });
+    // Act 1: 11 threads − 1 = cap 10 → 3 × 3: L falls from 4 to 3, r must wait
+    standin.setThreads(11);
+    clock += 60_000;
+    await adjustCap(lanesDeps(world));
+    const first = { knobs: await knobsOf(world), shape: await shapeOf() };
+    // Act 2: the next run
+    clock += 60_000;
+    await adjustCap(lanesDeps(world));
+    // Assess
+    expect(first.shape).toMatchObject({ cap: 10, r: 2, L: 3 });
+    expect(first.knobs).toMatchObject({ reserved: 2, mappingMaximum: 2 });
+    expect(await shapeOf()).toMatchObject({ cap: 10, r: 3, L: 3 });
+    expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
+  });
+});
+
 describe('cap adjuster handler', () => {
   it('reads its environment and the API key secret, then moves the cap', async () => {
     // Prepare
