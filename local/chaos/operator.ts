@@ -3,11 +3,12 @@ import { DynamoDBClient, ListTablesCommand, PutItemCommand } from '@aws-sdk/clie
 import { PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { SOLVE_TIMES_PARTITION } from '../../functions/pipeline/solve-time-exchange.js';
+import { BatchCancels } from '../../functions/records/cancellations.js';
 import { clientConfig } from '../emulator/deploy.js';
 import type { LocalStack } from '../stack/local-stack.js';
 
 /**
- * What the chaos run does as an operator and as a hostile peer: rotates the API key mid-run
+ * What the chaos run does as an operator and as a hostile peer: cancels a batch mid-run, rotates the API key mid-run
  * (docs/security.md: the new key in the secret, the old one refused at CaptchaAI at once), then
  * resumes a pause the rotation caused and redrives the records that stopped on the old key, as
  * `threadgate resume` and `threadgate redrive` would; and writes crafted SolveTimes items.
@@ -17,6 +18,24 @@ export interface KeyRotation {
   rotated: boolean;
   resumes: number;
   redriven: number;
+}
+
+/** `threadgate cancel --batch ID` as the CLI does it; resolves with the epoch ms at which the cancel returned. */
+export async function cancelBatch(stack: LocalStack, batchId: string): Promise<number> {
+  const cancels = new BatchCancels({
+    client: new DynamoDBClient(clientConfig(stack.awsEnv)),
+    tableName: stack.outputs.TableName,
+  });
+  // The table is throttled at random in the run: an operator tries again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await cancels.cancel(batchId, { reason: 'chaos run: cancelled mid-run', by: 'operator' });
+      return Date.now();
+    } catch (err) {
+      if (attempt >= 10) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
 }
 
 /** The new key goes into the secret and becomes CaptchaAI's only valid key in the same moment. */
