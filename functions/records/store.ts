@@ -22,7 +22,9 @@ import { FINAL_STATUSES } from './fields.js';
  *   and all, so the claimant knows what an earlier claim left behind.
  * - reject: only when there is no row at all (a malformed duplicate never overwrites).
  * batch_id is set by the first claim or reject that carries one and never changed after: a
- * record sent again under another batch keeps its first row, and so its first batch.
+ * record sent again under another batch keeps its first row, and so its first batch, whose
+ * cancel is the one that holds it (a claim returns the row it took, batch_id and all:
+ * functions/worker/record-flow.ts asks that batch's cancel, not the message's).
  * Never stores a token or a key.
  */
 export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'cancelled' | 'stopped';
