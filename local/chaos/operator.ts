@@ -18,6 +18,11 @@ export interface KeyRotation {
   rotated: boolean;
   resumes: number;
   redriven: number;
+  /**
+   * DLQ messages without the worker's `error_code` attribute: moved there by SQS after
+   * maxReceiveCount, with no reason (invariant 3). They are not redriven: they stay for the checker.
+   */
+  withoutReason: Set<string>;
 }
 
 /** `threadgate cancel --batch ID` as the CLI does it; resolves with the epoch ms at which the cancel returned. */
@@ -66,11 +71,15 @@ export async function superviseRotation(
     rotation.resumes += 1;
     log(`chaos: pipeline resumed after a stop on the old key (${state.code ?? state.reason ?? '?'})`);
   }
-  if (state?.paused === false) rotation.redriven += await redriveStopped(stack);
+  if (state?.paused === false) rotation.redriven += await redriveStopped(stack, rotation.withoutReason);
 }
 
-/** Moves the DLQ's messages back to the jobs queue (a stopped record claims its row again). */
-async function redriveStopped(stack: LocalStack): Promise<number> {
+/**
+ * Moves the DLQ's stop copies (they carry `error_code`) back to the jobs queue, as `threadgate
+ * redrive` would after a resume (a stopped record claims its row again). A message without it is
+ * noted in `withoutReason` and left where it is.
+ */
+async function redriveStopped(stack: LocalStack, withoutReason: Set<string>): Promise<number> {
   let moved = 0;
   for (;;) {
     const out = await stack.sqs.send(
@@ -78,11 +87,14 @@ async function redriveStopped(stack: LocalStack): Promise<number> {
         QueueUrl: stack.outputs.DlqUrl,
         MaxNumberOfMessages: 10,
         VisibilityTimeout: 30,
+        MessageAttributeNames: ['All'],
       }),
     );
     const messages = out.Messages ?? [];
-    if (messages.length === 0) return moved;
-    for (const m of messages) {
+    const copies = messages.filter((m) => m.MessageAttributes?.error_code !== undefined);
+    for (const m of messages) if (!copies.includes(m) && m.MessageId) withoutReason.add(m.MessageId);
+    if (copies.length === 0) return moved;
+    for (const m of copies) {
       await stack.sqs.send(
         new SendMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MessageBody: m.Body ?? '' }),
       );

@@ -130,13 +130,17 @@ export interface FaultCounts {
   poisonedItems: number;
   /** The batch cancelled mid-run (1 when it was). */
   cancels: number;
-  /** Cancel-item GetItems the emulator failed. */
+  /** Cancel-item GetItems the emulator failed, of all it saw. */
   cancelReadsFailed: number;
+  cancelReads: number;
   /** DNS queries for the target's name answered SERVFAIL, and the outages. */
   dnsServfails: number;
   dnsOutages: number;
-  /** DLQ SendMessage calls the emulator failed. */
+  /** DLQ SendMessage calls the emulator failed, of all it saw. */
   dlqSendsFailed: number;
+  dlqSends: number;
+  /** DLQ messages without a reason attribute the run's operator found (and left; SQS moved them). */
+  dlqWithoutReason: number;
 }
 
 /** `name=rate,…` → rates over the defaults; an unknown name or a rate outside 0..1 is an error naming it. */
@@ -217,7 +221,7 @@ export function formatChaos(r: {
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
     `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,
-    `               batch cancels ${d.cancels}; cancel reads failed ${d.cancelReadsFailed}; DNS SERVFAIL answers ${d.dnsServfails} (${d.dnsOutages} outages); DLQ sends failed ${d.dlqSendsFailed}`,
+    `               batch cancels ${d.cancels}; cancel reads failed ${d.cancelReadsFailed} of ${d.cancelReads}; DNS SERVFAIL answers ${d.dnsServfails} (${d.dnsOutages} outages); DLQ sends failed ${d.dlqSendsFailed} of ${d.dlqSends}; DLQ messages without a reason ${d.dlqWithoutReason}`,
     `res.php        per task: mean ${f.resPhpPerTask.mean.toFixed(1)}, max ${f.resPhpPerTask.max} (${f.resPhpPerTask.tasks} tasks)`,
     `threads held   at most ${f.maxThreadsHeld} (cap ${f.cap}), counted by the CaptchaAI stand-in`,
     `in.php         ${f.inPhpTotal}; records by in.php count: ${entries(f.inPhpPerRecord)}`,

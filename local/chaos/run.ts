@@ -228,7 +228,7 @@ async function drive(d: Drive): Promise<Driven> {
   });
   let kills = 0;
   let nextKill = Date.now() + untilKill();
-  const rotation: KeyRotation = { rotated: false, resumes: 0, redriven: 0 };
+  const rotation: KeyRotation = { rotated: false, resumes: 0, redriven: 0, withoutReason: new Set() };
   let cancelledAt: number | undefined;
   let allEnded = false;
   let timedOut = false;
@@ -318,6 +318,8 @@ async function judge(
   });
   const failed = (pred: (r: (typeof rules)[number]) => boolean) =>
     rules.filter(pred).reduce((n, r) => n + r.failed, 0);
+  const seen = (pred: (r: (typeof rules)[number]) => boolean) =>
+    rules.filter(pred).reduce((n, r) => n + r.seen, 0);
   const faults: FaultCounts = {
     lostHtml502: standin.lostAnswers.html502,
     lostDrop: standin.lostAnswers.drop,
@@ -334,12 +336,15 @@ async function judge(
     keyRotations: run.rotation.rotated ? 1 : 0,
     resumes: run.rotation.resumes,
     redriven: run.rotation.redriven,
+    dlqWithoutReason: run.rotation.withoutReason.size,
     poisonedItems: run.poisoned,
     cancels: run.cancelledAt === undefined ? 0 : 1,
     cancelReadsFailed: failed((r) => r.operation === 'GetItem'),
+    cancelReads: seen((r) => r.operation === 'GetItem'),
     dnsServfails: run.dns?.standin.queries(TARGET_NAME).filter((q) => q.answered === 'servfail').length ?? 0,
     dnsOutages: run.dns?.outages ?? 0,
     dlqSendsFailed: failed((r) => r.operation === 'SendMessage'),
+    dlqSends: seen((r) => r.operation === 'SendMessage'),
   };
   return { verdict, faults };
 }

@@ -64,9 +64,12 @@ describe('chaos plan', () => {
         poisonedItems: 3,
         cancels: 1,
         cancelReadsFailed: 7,
+        cancelReads: 30,
         dnsServfails: 9,
         dnsOutages: 2,
         dlqSendsFailed: 1,
+        dlqSends: 4,
+        dlqWithoutReason: 0,
       },
       violations: ['more than one form POST: a ×2'],
       elapsedS: 3,
@@ -78,7 +81,7 @@ describe('chaos plan', () => {
     );
     expect(text).toContain('res.php        per task: mean 2.5, max 4 (3 tasks)');
     expect(text).toContain(
-      'batch cancels 1; cancel reads failed 7; DNS SERVFAIL answers 9 (2 outages); DLQ sends failed 1',
+      'batch cancels 1; cancel reads failed 7 of 30; DNS SERVFAIL answers 9 (2 outages); DLQ sends failed 1 of 4; DLQ messages without a reason 0',
     );
     expect(text).toContain('cancelled      batch of 1: cancelled: 1; after the cancel: in.php 0, POSTs 0');
     expect(text).toContain('records by in.php count: 1: 1, 2: 1');
