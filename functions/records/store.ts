@@ -314,6 +314,22 @@ export class OutcomesStore {
   }
 
   /**
+   * Takes the posting marker back, only while `owner` holds the claim: the POST it announced was
+   * provably never sent (the resolver failed before a connection was opened), so a later claim
+   * may post the record after all. A write whose answer was lost may have landed; trying it again
+   * is harmless (REMOVE of an absent attribute).
+   */
+  async unmarkPosting(recordKey: string, owner: string): Promise<WriteResult> {
+    return this.withTries(() =>
+      this.conditionalUpdate(recordKey, {
+        ConditionExpression: OWNED,
+        UpdateExpression: 'REMOVE posting_at',
+        ExpressionAttributeValues: { ':owner': s(owner), ':in_progress': s('in_progress') },
+      }),
+    );
+  }
+
+  /**
    * A conditional write of `owner`'s claim, tried like withTries. A try whose answer was lost may
    * have landed; the next one is then refused, and a refusal that finds the row still `owner`'s
    * and `landed` says so counts as written.

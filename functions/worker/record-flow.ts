@@ -4,7 +4,7 @@ import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
 import { resolveTimings, scaledTokenLifetimeMs } from '../captchaai/timings.js';
 import { freshSolveBudget, type SolveResult } from '../captchaai/types.js';
-import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
+import { CaptchaError, DnsUnavailableError, InvalidJobError, TargetError } from '../common/errors.js';
 import { BatchCancelledError } from '../records/cancellations.js';
 import {
   type DecisionContext,
@@ -359,12 +359,19 @@ async function postAndFinish(
   const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
   // The form's verdict: the job's `expect`, else the stack's (functions/records/form-verdict.ts).
   const expect = job.expect ?? deps.config.formExpect;
-  const posted = await timing.time('target_ms', () =>
-    session.submit(job.submit_url, fields, {
-      idempotencyKey: job.record_key,
-      ...(expect ? { verdict: { body: needsBody(expect) } } : {}),
-    }),
-  );
+  const posted = await timing
+    .time('target_ms', () =>
+      session.submit(job.submit_url, fields, {
+        idempotencyKey: job.record_key,
+        ...(expect ? { verdict: { body: needsBody(expect) } } : {}),
+      }),
+    )
+    .catch(async (err: unknown) => {
+      // The resolver failed before a connection was opened: the form never got the POST, so the
+      // marker goes and the record is retried like a page load that met a DNS hiccup.
+      if (err instanceof DnsUnavailableError) await takePostingBack(w);
+      throw err;
+    });
   const { status, reason, rule } = decideTargetResponse(posted.status, expect && { expect, answer: posted });
   const verdict = rule === undefined ? {} : { reason, expectRule: rule };
   let written: WriteResult;
@@ -393,6 +400,16 @@ async function postAndFinish(
     polls: solved.polls,
     ...timing.fields(),
   });
+}
+
+/** Removes the posting marker of a POST that was never sent; kept (the record then ends final) when that fails. */
+async function takePostingBack(w: ClaimWork): Promise<void> {
+  try {
+    const out = await w.deps.store.unmarkPosting(w.job.record_key, w.owner);
+    if (out.written) w.posting.marked = false;
+  } catch (err) {
+    w.log.warn('could not take the posting marker back; the record is not posted again', errorSummary(err));
+  }
 }
 
 /**

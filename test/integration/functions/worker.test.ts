@@ -1190,6 +1190,39 @@ describe('worker against moto and the stand-ins', () => {
     }
   });
 
+  it('on the wire: a DNS server answering SERVFAIL when the form is posted: nothing was sent, so the posting marker is taken back and the record retried, not failed', async () => {
+    // Prepare: the form's host resolves at the host check; the page (on 127.0.0.1, slow) needs no
+    // DNS; the DNS stand-in fails the form's name once the task is at CaptchaAI, before the POST.
+    const dns = await DnsStandin.start({ 'post.dns.test': ['127.0.0.1'] });
+    try {
+      const s = await setup({ ALLOWED_HOSTS: '127.0.0.1,post.dns.test', DNS_SERVERS: dns.server });
+      const key = newKey('dns-post');
+      const pageurl = `${target.url}/slow-page/1000/form/${key}`;
+      const submitUrl = `${target.url.replace('127.0.0.1', 'post.dns.test')}/form/${key}`;
+      await sendJobs(clients.sqs, s.res.queueUrl, [
+        flatJob(key, { pageurl, submit_url: submitUrl, form: { record: key } }),
+      ]);
+      const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+      // Act
+      const working = deliver(s, createWorkerDeps(s.config, clients), [message!]);
+      await waitFor(() => captcha.stats().submitsByPageurl[pageurl] === 1, 'the in.php of the record');
+      dns.setFault('post.dns.test', 'servfail');
+      const out = await working;
+      // Assess: the POST's lookup failed at the DNS server; no POST reached the form; the message
+      // is kept, the claim released without its posting marker; not `failed`.
+      expect(dns.queries('post.dns.test').some((q) => q.answered === 'servfail')).toBe(true);
+      expect(target.events().entries.filter((e) => e.record === key && e.kind.startsWith('post'))).toEqual(
+        [],
+      );
+      expect(out.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+      const row = await s.store.get(key);
+      expect(row).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 1 });
+      expect(row?.posting_at).toBeUndefined();
+    } finally {
+      await dns.stop();
+    }
+  });
+
   it('on the wire: a name the DNS server does not know (NXDOMAIN) on a first delivery is rejected: it does not resolve', async () => {
     const dns = await DnsStandin.start({});
     try {
