@@ -115,7 +115,7 @@ export function createWorkerDeps(
     refreshMs: cancelRefreshMs(config.timeScale),
     now,
     onReadFailed: (batchId, err) =>
-      logger.warn('could not read the batch cancel; the last answer stands', {
+      logger.warn('could not read the batch cancel; unknown past the bound: nothing is sent for the batch', {
         batchId,
         error: err instanceof Error ? err.name : String(err),
       }),

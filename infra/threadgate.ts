@@ -151,7 +151,7 @@ export interface ThreadgateProps {
   /**
    * Worker timeout in seconds; a value below the worst-case attempt is refused.
    * Valid range: 1–900, and at least the worst case of one record.
-   * @default the worst case of one record (759 s) plus chainSeconds (879 s at the defaults), at least 10, at most 900
+   * @default the worst case of one record (773 s) plus chainSeconds (893 s at the defaults), at least 10, at most 900
    */
   readonly workerTimeoutSeconds?: number;
   /**

@@ -42,8 +42,14 @@ export function registerCancel(program: Command): void {
         'Records of the batch claimed after the bound (10 s × the time scale, at least 1 s) never reach\n' +
         'CaptchaAI; a record whose task is already at CaptchaAI keeps its slot until the task ends and is\n' +
         'not posted (its solve is wasted); a record already posted ends as it would have. Queued messages\n' +
-        'of the batch end `cancelled` as the worker reaches them, without a task or a page load. A cancel\n' +
-        'is final: later messages of the batch end `cancelled` too; send again under a new batch_id.\n',
+        'of the batch end `cancelled` as the worker reaches them, without a task or a page load. While a\n' +
+        'worker cannot read the cancel, it sends nothing to CaptchaAI or the form and tries the record later.\n' +
+        'A cancel is final, and so is each `cancelled` row: a message with the same record_key ends\n' +
+        'ALREADY_FINISHED (deleted, nothing done), under any batch_id. To send cancelled records again, give\n' +
+        'them new record_keys under a new batch_id; list them with\n' +
+        '  $ threadgate outcomes --batch nightly-7 --status cancelled\n' +
+        'A record follows the batch of its first row: sent again under another batch while it is not\n' +
+        'final, it is held (or not) by its first batch’s cancel.\n',
     )
     .action(async (options: CancelOptions) => {
       if (options.batch === undefined)

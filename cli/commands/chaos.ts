@@ -39,7 +39,7 @@ export function registerChaos(program: Command): void {
   program
     .command('chaos')
     .description(
-      'Chaos run on the local stack: records go through while faults are drawn at random on the wire (lost in.php answers, dropped POST answers, failing DynamoDB writes, tasks never answered whose failed write then fails, throttled state reads, a key rotation mid-run, crafted SolveTimes items) and the runtime is killed and restarted now and then; a checker reads the stand-ins’ own logs: threads held <= cap, in.php and POSTs per record, every record ended, DLQ and queue empty, no key or token in a log.',
+      'Chaos run on the local stack: records go through while faults are drawn at random on the wire (lost in.php answers, dropped POST answers, failing DynamoDB writes, tasks never answered whose failed write then fails, throttled state reads, a key rotation mid-run, crafted SolveTimes items, one of two batches cancelled mid-run while reads of its cancel fail, DNS outages of the target’s name, failing DLQ sends) and the runtime is killed and restarted now and then; a checker reads the stand-ins’ own logs: threads held <= cap, in.php and POSTs per record, no in.php or POST of the cancelled batch after its bound, every record ended, DLQ and queue empty, no key or token in a log.',
     )
     .option('--records <n>', 'distinct records', parseAtLeastOne, CHAOS_DEFAULTS.records)
     .option('--seed <n>', 'seed of every fault draw and the kills', parseCount, CHAOS_DEFAULTS.seed)

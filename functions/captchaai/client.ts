@@ -93,6 +93,7 @@ interface SolveState {
   /** Rate-limit answers in a row (the back-off doubles with each). */
   rateLimitsInARow: number;
   readonly onSubmitted: ((taskId: string, submits: number) => void) | undefined;
+  readonly beforeSubmit: (() => Promise<void>) | undefined;
 }
 
 /**
@@ -103,6 +104,7 @@ interface SolveState {
  * - a submit whose answer was lost (timeout, 5xx/HTML, reset, unreadable): no second task; the
  *   slot waits out the deadline and the solve ends TaskMayExistError;
  * - ERROR_CAPTCHA_UNSOLVABLE: exactly one fresh resubmission;
+ * - before every in.php call, `beforeSubmit` (SolveOptions) may end the solve;
  * - transient errors while polling: ask about the same id again after `serverErrorWaitMs`;
  * - rate limits (HTTP 429, ERROR_TOO_MUCH_REQUESTS) at submit or poll: back off and ask again (the
  *   same id at poll), and for a while every task of this client polls at twice its interval;
@@ -180,6 +182,7 @@ export class CaptchaAiClient {
       pollsTotal: 0,
       rateLimitsInARow: 0,
       onSubmitted: o.onSubmitted,
+      beforeSubmit: o.beforeSubmit,
     };
     try {
       o.signal?.throwIfAborted();
@@ -256,6 +259,8 @@ export class CaptchaAiClient {
   /** One submission with its transient-retry budget; returns the new task id. */
   async #submit(params: Record<string, string>, state: SolveState): Promise<string> {
     for (;;) {
+      // The caller's last word before each in.php (its rejection is not a failed submit).
+      await state.beforeSubmit?.();
       state.submits += 1;
       this.#emit({ kind: 'submit', captchaType: state.captchaType, submit: state.submits });
       let failure: CaptchaError;

@@ -123,6 +123,13 @@ export interface SolveOptions {
    */
   onSubmitted?: (taskId: string, submits: number) => void;
   /**
+   * Awaited before every in.php call of the solve (the first, each transient retry, the idle-threads
+   * re-check, the UNSOLVABLE resubmission, the repeat after a key rotation), after any wait before
+   * it. A rejection ends the solve with that error, without the call: the worker asks its batch's
+   * cancel here, so no task is submitted for a cancelled batch, or while the cancel is unknown.
+   */
+  beforeSubmit?: () => Promise<void>;
+  /**
    * A task an earlier attempt submitted (and recorded) at `submittedAt` (epoch ms): it is polled
    * until its deadline instead of submitting another. An UNSOLVABLE answer still gets its one
    * fresh resubmission.

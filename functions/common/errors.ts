@@ -36,6 +36,15 @@ export class ConfigError extends ThreadgateError {
   }
 }
 
+/**
+ * Asked before an in.php: another lane of the invocation met a stop-class error, or the pipeline
+ * state says paused. Nothing is submitted; the record goes back to the queue untouched.
+ */
+export class LaneStoppedError extends ThreadgateError {
+  override name = 'LaneStoppedError';
+  readonly code = 'STOPPED_BY_ANOTHER_LANE';
+}
+
 export class InvalidJobError extends ThreadgateError {
   override name = 'InvalidJobError';
   constructor(

@@ -4,6 +4,7 @@ import {
   GetItemCommand,
   PutItemCommand,
 } from '@aws-sdk/client-dynamodb';
+import { ThreadgateError } from '../common/errors.js';
 
 /**
  * Batch cancellations (`threadgate cancel --batch ID`), kept in the outcomes table itself: one
@@ -76,6 +77,36 @@ export function cancelledReason(cancel: Pick<BatchCancel, 'reason'>): string {
 
 /** The reason code of a `cancelled` row (followed by `: <the cancel's reason>` when one was given). */
 export const BATCH_CANCELLED = 'BATCH_CANCELLED';
+
+/**
+ * The record's batch is cancelled (functions/worker/record-flow.ts asks before every in.php and
+ * before the POST): the record ends `cancelled` (functions/records/decisions.ts).
+ */
+export class BatchCancelledError extends ThreadgateError {
+  override name = 'BatchCancelledError';
+  constructor(readonly cancel: BatchCancel) {
+    super(`batch ${cancel.batchId} was cancelled at ${cancel.cancelledAt}`);
+  }
+}
+
+/**
+ * No read of the batch's cancel has succeeded within the bound (functions/worker/cancel-watch.ts):
+ * whether the batch is cancelled is unknown, so nothing is sent to in.php or the form; the claim
+ * is released and the record tried again later, as a resolver hiccup is (decisions.ts).
+ */
+export class CancelUnknownError extends ThreadgateError {
+  override name = 'CancelUnknownError';
+  readonly code = 'CANCEL_UNKNOWN';
+  constructor(
+    readonly batchId: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      `the cancel of batch ${batchId} could not be read within the bound; nothing is sent until it can be`,
+      options,
+    );
+  }
+}
 
 /** Longest cancel reason kept (the rest is cut): it becomes part of every cancelled row's reason. */
 export const MAX_CANCEL_REASON = 500;

@@ -3,6 +3,7 @@ import {
   CaptchaError,
   DnsUnavailableError,
   InvalidJobError,
+  LaneStoppedError,
   PollTimeoutError,
   StopClassError,
   TargetError,
@@ -10,7 +11,12 @@ import {
   TransientError,
   UnsolvableError,
 } from '../common/errors.js';
-import { type BatchCancel, cancelledReason } from './cancellations.js';
+import {
+  type BatchCancel,
+  BatchCancelledError,
+  CancelUnknownError,
+  cancelledReason,
+} from './cancellations.js';
 import { type FormAnswer, type FormExpectation, judgeFormAnswer } from './form-verdict.js';
 import { type ClaimResult, isFinalStatus, type OutcomeRow } from './store.js';
 
@@ -27,6 +33,10 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * |-----------------------------------------|--------------------------------------------------------------|
  * | any error once the invocation is ending | retry ABORTED, lease kept (as a killed invocation leaves it)  |
  * | InvalidJobError from DnsUnavailableError, receives < limit | retry DNS_UNAVAILABLE (checked before the claim) |
+ * | BatchCancelledError (asked before an in.php) | `cancelled` with the cancel's reason            |
+ * | LaneStoppedError (asked before an in.php) | retry STOPPED_BY_ANOTHER_LANE, claim released, given back untouched |
+ * | CancelUnknownError, receives < limit    | retry CANCEL_UNKNOWN, claim released (nothing sent to in.php or the form) |
+ * | CancelUnknownError, receives >= limit   | `failed` CANCEL_UNKNOWN                                      |
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field (a non-final row: see decideRejectConflict) |
  * | InvalidJobError without a record key    | DLQ copy (error_code INVALID_JOB, reason), deleted from queue |
  * | StopClassError                          | stop: pause pipeline, row `stopped`, DLQ copy, delete, batch rest untouched |
@@ -37,6 +47,7 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | TransientError, receives >= limit       | `failed` TRANSIENT_EXHAUSTED                                 |
  * | UnsolvableError (after its resubmission)| `failed` ERROR_CAPTCHA_UNSOLVABLE                            |
  * | BadTaskError / other CaptchaError       | `failed` with CaptchaAI's code                               |
+ * | DnsUnavailableError before the posting marker, receives < limit | retry DNS_UNAVAILABLE, claim released (the page load met a resolver hiccup, not a verdict) |
  * | TargetError                             | `failed` with its code (TARGET_TIMEOUT, PAGE_HTTP_404, TOKEN_EXPIRED, …) |
  * | anything else (AWS SDK, bugs)           | retry keeping the lease while receives < limit, then `failed` INTERNAL_ERROR |
  *
@@ -97,6 +108,8 @@ export interface DecisionContext {
   cooldownMs: number;
   /** The invocation is ending (its deadline signal fired) while the record was being worked. */
   aborted?: boolean;
+  /** The posting marker is written: the form may have the record, so it is never worked again. */
+  posting?: boolean;
 }
 
 export const REASON = {
@@ -118,6 +131,8 @@ export const REASON = {
   FORM_REJECTED: 'FORM_REJECTED',
   /** The form answered without the success marker (or the redirect) `expect` requires. */
   FORM_UNCONFIRMED: 'FORM_UNCONFIRMED',
+  /** The batch's cancel could not be read within the bound on every allowed receive. */
+  CANCEL_UNKNOWN: 'CANCEL_UNKNOWN',
   OK: 'OK',
 } as const;
 
@@ -134,6 +149,18 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   ) {
     // The host check met a resolver hiccup, not a bad host: try the message again (nothing claimed yet).
     return { action: 'retry', release: false, reason: err.cause.code };
+  }
+  if (err instanceof BatchCancelledError) return decideCancelled(err.cancel, false);
+  if (err instanceof LaneStoppedError) {
+    // Asked before an in.php: nothing was sent; the record waits in the queue for the resume.
+    return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE };
+  }
+  if (err instanceof CancelUnknownError) {
+    // Unknown is never "not cancelled": nothing was sent, so the claim goes and a later
+    // delivery asks again; on the last allowed receive the record ends with the reason.
+    return ctx.receiveCount < ctx.transientReceiveLimit
+      ? { action: 'retry', release: true, reason: REASON.CANCEL_UNKNOWN }
+      : { action: 'fail', reason: REASON.CANCEL_UNKNOWN };
   }
   if (err instanceof InvalidJobError) {
     return err.recordKey !== undefined
@@ -166,6 +193,11 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   }
   if (err instanceof UnsolvableError || err instanceof BadTaskError || err instanceof CaptchaError) {
     return { action: 'fail', reason: err.code };
+  }
+  if (err instanceof DnsUnavailableError && !ctx.posting && ctx.receiveCount < ctx.transientReceiveLimit) {
+    // The page load met a resolver hiccup, which says nothing about the record: the task is
+    // answered (the solve ended first), nothing was posted, so the claim goes and it is tried again.
+    return { action: 'retry', release: true, reason: err.code };
   }
   if (err instanceof TargetError) {
     return { action: 'fail', reason: err.code };

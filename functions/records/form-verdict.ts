@@ -176,8 +176,9 @@ function cut(body: AnswerBody): string {
 
 /**
  * Reads a 2xx/3xx answer by the expectation, in order: status, failure markers, location, success
- * markers, a required redirect that did not come. A failure marker outranks a success marker (a
- * form page that says both "Thank you for trying" and "verification failed" refused the record).
+ * markers, failure markers that could not be ruled out (the answer was cut at the bounded read),
+ * a required redirect that did not come. A failure marker outranks a success marker (a form page
+ * that says both "Thank you for trying" and "verification failed" refused the record).
  */
 export function judgeFormAnswer(expect: FormExpectation, answer: FormAnswer): FormVerdict {
   const rejected = (rule: string): FormVerdict => ({ accepted: false, reason: 'FORM_REJECTED', rule });
@@ -201,6 +202,9 @@ export function judgeFormAnswer(expect: FormExpectation, answer: FormAnswer): Fo
   if (body) {
     const missing = expect.body_includes?.findIndex((marker) => !body.contains(marker)) ?? -1;
     if (missing >= 0) return unconfirmed(`body_includes[${missing}]${cut(body)}`);
+    // A failure marker after the bounded read would go unseen: an answer read only in part
+    // cannot confirm that none is there, as an unreadable one cannot.
+    if (expect.body_excludes?.length && !body.complete) return unconfirmed(`body_excludes${cut(body)}`);
   }
   if (expect.location !== undefined && answer.location === undefined) {
     return unconfirmed(`location: no redirect (expected ${expect.location})`);

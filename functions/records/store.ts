@@ -22,7 +22,9 @@ import { FINAL_STATUSES } from './fields.js';
  *   and all, so the claimant knows what an earlier claim left behind.
  * - reject: only when there is no row at all (a malformed duplicate never overwrites).
  * batch_id is set by the first claim or reject that carries one and never changed after: a
- * record sent again under another batch keeps its first row, and so its first batch.
+ * record sent again under another batch keeps its first row, and so its first batch, whose
+ * cancel is the one that holds it (a claim returns the row it took, batch_id and all:
+ * functions/worker/record-flow.ts asks that batch's cancel, not the message's).
  * Never stores a token or a key.
  */
 export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' | 'cancelled' | 'stopped';
@@ -307,6 +309,22 @@ export class OutcomesStore {
         ConditionExpression: OWNED,
         UpdateExpression: 'SET posting_at = :at',
         ExpressionAttributeValues: { ':owner': s(owner), ':in_progress': s('in_progress'), ':at': n(at) },
+      }),
+    );
+  }
+
+  /**
+   * Takes the posting marker back, only while `owner` holds the claim: the POST it announced was
+   * provably never sent (the resolver failed before a connection was opened), so a later claim
+   * may post the record after all. A write whose answer was lost may have landed; trying it again
+   * is harmless (REMOVE of an absent attribute).
+   */
+  async unmarkPosting(recordKey: string, owner: string): Promise<WriteResult> {
+    return this.withTries(() =>
+      this.conditionalUpdate(recordKey, {
+        ConditionExpression: OWNED,
+        UpdateExpression: 'REMOVE posting_at',
+        ExpressionAttributeValues: { ':owner': s(owner), ':in_progress': s('in_progress') },
       }),
     );
   }

@@ -104,7 +104,7 @@ class Invocation {
 
   /** Options for one record of a lane, with its answer callback. */
   recordOptions(onAnswered: () => void): ProcessOptions {
-    return { ...this.options, onAnswered };
+    return { ...this.options, onAnswered, stopping: () => this.isStopped() };
   }
 
   /** Nothing more is worked: the pipeline is paused (or a stop met here could not pause it). */

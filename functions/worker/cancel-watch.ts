@@ -1,4 +1,4 @@
-import type { BatchCancel } from '../records/cancellations.js';
+import { type BatchCancel, CancelUnknownError } from '../records/cancellations.js';
 
 /**
  * How fresh a batch's cancel state must be when the worker acts on it, at time scale 1: this is
@@ -26,8 +26,11 @@ interface Entry {
 /**
  * One execution environment's view of batch cancels: cached per batch for `refreshMs`. A cancel,
  * once seen, is kept for good (a cancel is final); "not cancelled" is read again once it is older
- * than `refreshMs`. Concurrent asks for one batch share one read. A read that fails keeps the last
- * answer (none: not cancelled) and reports the failure; the next ask reads again.
+ * than `refreshMs`. Concurrent asks for one batch share one read. A read that fails is reported,
+ * and the ask is answered by the last successful read only while that one is within the bound;
+ * otherwise the state is unknown and the ask rejects with CancelUnknownError (never "not
+ * cancelled": a throttled read right after a cancel must not let a record reach in.php or the
+ * form). The next ask reads again.
  */
 export class CancelWatch {
   readonly #entries = new Map<string, Entry>();
@@ -42,7 +45,10 @@ export class CancelWatch {
     },
   ) {}
 
-  /** The batch's cancel as of at most `refreshMs` ago (while the table answers). */
+  /**
+   * The batch's cancel as of at most `refreshMs` ago; rejects with CancelUnknownError when no read
+   * of it has succeeded within that bound.
+   */
   async cancelOf(batchId: string): Promise<BatchCancel | undefined> {
     const entry = this.#entries.get(batchId);
     if (entry?.cancel || (entry && this.o.now() - entry.readAt < this.o.refreshMs)) return entry.cancel;
@@ -51,16 +57,18 @@ export class CancelWatch {
     const now = this.o.now();
     const pending = this.#reads.get(batchId);
     if (pending && now - pending.startedAt < this.o.refreshMs) return pending.answer;
-    const answer = this.#read(batchId, entry);
+    const answer = this.#read(batchId);
     const read = { startedAt: now, answer };
     this.#reads.set(batchId, read);
-    void answer.finally(() => {
-      if (this.#reads.get(batchId) === read) this.#reads.delete(batchId);
-    });
+    void answer
+      .finally(() => {
+        if (this.#reads.get(batchId) === read) this.#reads.delete(batchId);
+      })
+      .catch(() => undefined); // The asker handles the rejection; this copy must not be unhandled.
     return answer;
   }
 
-  async #read(batchId: string, last: Entry | undefined): Promise<BatchCancel | undefined> {
+  async #read(batchId: string): Promise<BatchCancel | undefined> {
     const readAt = this.o.now();
     try {
       const cancel = await this.o.read(batchId);
@@ -75,7 +83,10 @@ export class CancelWatch {
       return cancel ?? current?.cancel;
     } catch (err) {
       this.o.onReadFailed?.(batchId, err);
-      return last?.cancel;
+      // A read that succeeded meanwhile, or the last one while it is within the bound, still answers.
+      const known = this.#entries.get(batchId);
+      if (known?.cancel || (known && this.o.now() - known.readAt < this.o.refreshMs)) return known.cancel;
+      throw new CancelUnknownError(batchId, { cause: err });
     }
   }
 }

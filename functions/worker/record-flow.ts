@@ -3,8 +3,15 @@ import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
 import { resolveTimings, scaledTokenLifetimeMs } from '../captchaai/timings.js';
-import type { SolveResult } from '../captchaai/types.js';
-import { CaptchaError, InvalidJobError, TargetError } from '../common/errors.js';
+import { freshSolveBudget, type SolveResult } from '../captchaai/types.js';
+import {
+  CaptchaError,
+  DnsUnavailableError,
+  InvalidJobError,
+  LaneStoppedError,
+  TargetError,
+} from '../common/errors.js';
+import { BatchCancelledError } from '../records/cancellations.js';
 import {
   type DecisionContext,
   decideCancelled,
@@ -142,7 +149,22 @@ export async function processRecord(
     return applyDecision(decideClaimConflict(claim.why, claim.row?.lease_expires_at), { record, deps, log });
   }
 
-  return workClaim({ record, deps, options, job, owner, claim, timing, log, ctx });
+  // The row's batch, not the message's: a record sent again under another batch keeps its first
+  // row and batch (store.ts), so its first batch's cancel is the one that holds it.
+  const batchId = claim.previous?.batch_id ?? job.batch_id;
+  return workClaim({
+    record,
+    deps,
+    options,
+    job,
+    owner,
+    claim,
+    batchId,
+    posting: { marked: false },
+    timing,
+    log,
+    ctx,
+  });
 }
 
 /**
@@ -187,6 +209,10 @@ interface ClaimWork {
   job: Job;
   owner: string;
   claim: Extract<ClaimResult, { claimed: true }>;
+  /** The batch the record's row belongs to (the first one it was claimed or rejected under). */
+  batchId: string | undefined;
+  /** Set once the posting marker is written: from then on the form may have the record. */
+  posting: { marked: boolean };
   timing: RecordTiming;
   log: Logger;
   ctx: DecisionContext;
@@ -216,9 +242,10 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
   }
   let attempts = 0;
   const markers = new TaskMarkers(w);
+  // Spent by every solve call of the record; read back when a solve ends with an error of ours.
+  const budget = freshSolveBudget();
   try {
-    const cancelled = await beforeNewTask(w, prior);
-    if (cancelled) return cancelled;
+    await beforeNewTask(w, prior);
     const session = new TargetSession({
       allowlist: config.allowlist,
       resolver: deps.resolver,
@@ -247,6 +274,14 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
         solver.solve(captchaTaskOf(job), {
           signal: options.signal,
           onSubmitted,
+          budget,
+          // Every in.php of the solve asks the batch's cancel first (the first, retries, the
+          // UNSOLVABLE resubmission, the repeat after a key rotation, one after a resumed task).
+          // With lanes, a stop another lane met (or a paused state) ends it before its in.php too.
+          beforeSubmit: async () => {
+            if (options.stopping?.()) throw new LaneStoppedError('the invocation is stopping');
+            await throwIfCancelled(w);
+          },
           ...(prior.kind === 'resume' ? { resume: prior } : {}),
         }),
       );
@@ -279,7 +314,11 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     const notPosted = await endIfCancelled(w, attempts - markers.counted);
     return notPosted ?? (await postAndFinish(w, session, solved, attempts - markers.counted));
   } catch (err) {
-    if (err instanceof CaptchaError && err.submits !== undefined) attempts = err.submits;
+    // A solve ended by its beforeSubmit (a cancel, an unknown cancel) left its count in the budget.
+    attempts =
+      err instanceof CaptchaError && err.submits !== undefined
+        ? err.submits
+        : Math.max(attempts, budget.submits);
     await markers.settled();
     const aborted = options.signal?.aborted === true;
     if (aborted) {
@@ -290,7 +329,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     } else {
       log.info('record failed', errorSummary(err));
     }
-    return applyDecision(decideOutcome(err, { ...w.ctx, aborted }), {
+    return applyDecision(decideOutcome(err, { ...w.ctx, aborted, posting: w.posting.marked }), {
       ...effects,
       attempts: attempts - markers.counted,
     });
@@ -326,15 +365,23 @@ async function postAndFinish(
   // From the posting marker on, no later claim posts this record again. Not written: no POST.
   const posting = await timing.time('finish_ms', () => store.markPosting(job.record_key, owner));
   if (!posting.written) return finished(false, 'in_progress', deps, log);
+  w.posting.marked = true;
   const fields: Record<string, string> = { ...job.form, [tokenFieldOf(job)]: solved.token };
   // The form's verdict: the job's `expect`, else the stack's (functions/records/form-verdict.ts).
   const expect = job.expect ?? deps.config.formExpect;
-  const posted = await timing.time('target_ms', () =>
-    session.submit(job.submit_url, fields, {
-      idempotencyKey: job.record_key,
-      ...(expect ? { verdict: { body: needsBody(expect) } } : {}),
-    }),
-  );
+  const posted = await timing
+    .time('target_ms', () =>
+      session.submit(job.submit_url, fields, {
+        idempotencyKey: job.record_key,
+        ...(expect ? { verdict: { body: needsBody(expect) } } : {}),
+      }),
+    )
+    .catch(async (err: unknown) => {
+      // The resolver failed before a connection was opened: the form never got the POST, so the
+      // marker goes and the record is retried like a page load that met a DNS hiccup.
+      if (err instanceof DnsUnavailableError) await takePostingBack(w);
+      throw err;
+    });
   const { status, reason, rule } = decideTargetResponse(posted.status, expect && { expect, answer: posted });
   const verdict = rule === undefined ? {} : { reason, expectRule: rule };
   let written: WriteResult;
@@ -365,40 +412,61 @@ async function postAndFinish(
   });
 }
 
+/** Removes the posting marker of a POST that was never sent; kept (the record then ends final) when that fails. */
+async function takePostingBack(w: ClaimWork): Promise<void> {
+  try {
+    const out = await w.deps.store.unmarkPosting(w.job.record_key, w.owner);
+    if (out.written) w.posting.marked = false;
+  } catch (err) {
+    w.log.warn('could not take the posting marker back; the record is not posted again', errorSummary(err));
+  }
+}
+
 /**
  * Before a new task: an earlier claim's task that may still hold a thread keeps this slot until it
- * must be done; then a cancelled batch submits no task (a task an earlier claim left within its
- * deadline is polled to its end instead, and the check before the POST ends the record).
+ * must be done. The batch's cancel is asked before each in.php (beforeSubmit), so a task an
+ * earlier claim left within its deadline is polled to its end, and the check before the POST (or
+ * before a resubmission) ends the record.
  */
-async function beforeNewTask(w: ClaimWork, prior: PriorPhase): Promise<RecordResult | undefined> {
+async function beforeNewTask(w: ClaimWork, prior: PriorPhase): Promise<void> {
   if (prior.kind === 'wait') {
     w.log.info('an earlier task of this record may hold a thread; holding the slot', { until: prior.until });
     await w.deps.sleep(prior.until - w.deps.now(), w.options.signal);
   }
-  return prior.kind === 'resume' ? undefined : endIfCancelled(w, undefined);
 }
 
 /**
- * Ends the record `cancelled` when its batch is cancelled, as this environment knows it (read again
- * when older than the bound, ./cancel-watch.ts). `solvedAttempts`: the token is in hand (so it is not
- * posted and its solve is wasted), with the in.php calls not yet counted on the row.
+ * The cancel of the record's batch as this environment knows it (read again when older than the
+ * bound, ./cancel-watch.ts). Rejects with CancelUnknownError when no read succeeded within the
+ * bound: the caller sends nothing then (decisions.ts releases the claim for a later try).
  */
-async function endIfCancelled(
-  w: ClaimWork,
-  solvedAttempts: number | undefined,
-): Promise<RecordResult | undefined> {
+function cancelOfRecord(w: ClaimWork) {
+  return w.batchId === undefined ? Promise.resolve(undefined) : w.deps.cancels?.cancelOf(w.batchId);
+}
+
+/** Before an in.php: a cancelled batch (or an unknown cancel) ends the solve without the call. */
+async function throwIfCancelled(w: ClaimWork): Promise<void> {
+  const cancel = await cancelOfRecord(w);
+  if (cancel) throw new BatchCancelledError(cancel);
+}
+
+/**
+ * Before the POST, the token in hand: ends the record `cancelled` when its batch is cancelled (the
+ * solve is wasted), with `solvedAttempts` in.php calls not yet counted on the row. An unknown
+ * cancel throws (CancelUnknownError): not posted, the claim released for a later try.
+ */
+async function endIfCancelled(w: ClaimWork, solvedAttempts: number): Promise<RecordResult | undefined> {
   const { deps, job, log } = w;
-  const cancel = job.batch_id === undefined ? undefined : await deps.cancels?.cancelOf(job.batch_id);
+  const cancel = await cancelOfRecord(w);
   if (!cancel) return undefined;
-  const solved = solvedAttempts !== undefined;
-  if (solved) log.info('the batch was cancelled while the record was solved; not posted');
-  return applyDecision(decideCancelled(cancel, solved), {
+  log.info('the batch was cancelled while the record was solved; not posted');
+  return applyDecision(decideCancelled(cancel, true), {
     record: w.record,
     deps,
     log,
     owner: w.owner,
     recordKey: job.record_key,
-    attempts: solvedAttempts ?? 0,
+    attempts: solvedAttempts,
   });
 }
 

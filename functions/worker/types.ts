@@ -77,6 +77,11 @@ export interface ProcessOptions {
    * the batch loop may then start the next record beside this one's POST (./chain.ts).
    */
   onAnswered?: () => void;
+  /**
+   * Asked before every in.php of a record: true once the invocation has stopped (a lane met a
+   * stop-class error, or the pipeline state said paused); the record then goes back untouched.
+   */
+  stopping?: () => boolean;
   /** Until when (a `performance.now()` time) the invocation may take messages itself; unset: never. */
   chainUntil?: number;
   /**

@@ -72,7 +72,24 @@ export interface WorstCaseParts {
   ending: number;
   /** Claim, the phase markers and the final write, each with its tries and back-off. */
   aws: number;
+  /**
+   * The batch-cancel reads (one GetItem each, ./cancel-watch.ts): one may be made before every
+   * in.php call of the solve and one before the POST ({@link cancelAsksPerRecord}). Cached for the
+   * bound, so most asks read nothing, but in a DynamoDB brownout each may wait out its call.
+   */
+  cancelReads: number;
   margin: number;
+}
+
+/**
+ * The times one record may ask its batch's cancel: before each in.php call (the failed submits
+ * and the idle-threads re-check, the two tasks, the stopped start before a key rotation) and
+ * before the POST.
+ */
+export function cancelAsksPerRecord(timings?: SolveTimingsOverrides): number {
+  const t = resolveTimings(timings);
+  const inPhpCalls = t.submitRetries + 1 + 2 + 1;
+  return inPhpCalls + 1;
 }
 
 /**
@@ -111,6 +128,7 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
     priorTask: s.cooldownMs,
     ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, stopPathMs(s.timeScale)),
     aws: writes,
+    cancelReads: cancelAsksPerRecord(s.timings) * call,
     margin: DEADLINE_MARGIN_MS,
   };
 }

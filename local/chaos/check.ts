@@ -32,6 +32,8 @@ export interface ChaosEvidence {
   secrets: string[];
   /** The stand-in's token shape (local/standins/captchaai/http.ts makeToken): no match may be in a log either. */
   tokenPattern?: RegExp;
+  /** A batch cancelled mid-run: its records, when the cancel returned (epoch ms) and the workers' bound (ms). */
+  cancel?: { keys: ReadonlySet<string>; at: number; boundMs: number };
 }
 
 /**
@@ -39,6 +41,14 @@ export interface ChaosEvidence {
  * deadline when it sends, so two stamps of one gap differ by the network's jitter.
  */
 export const DEADLINE_SLACK_MS = 50;
+
+/**
+ * Slack on the cancel's bound: the worker asks the cancel, then sends in.php (or writes the
+ * posting marker and POSTs); the stand-in stamps the request when it arrives, which on a loaded
+ * machine can be a few hundred ms later. A worker acting on "not cancelled" long after the bound
+ * (the failure this catches) is seconds to minutes late.
+ */
+export const CANCEL_SLACK_MS = 1_000;
 
 export interface ChaosFigures {
   records: number;
@@ -59,6 +69,8 @@ export interface ChaosFigures {
   lostAnswers: Record<string, number>;
   /** res.php `get` calls per task, as the stand-in counted them. */
   resPhpPerTask: { tasks: number; mean: number; max: number };
+  /** The cancelled batch: its records' outcomes, its in.php and POSTs after the cancel returned. */
+  cancel?: { records: number; outcomes: Record<string, number>; inPhpAfter: number; postsAfter: number };
 }
 
 export interface ChaosVerdict {
@@ -158,6 +170,49 @@ export function firstOverCap(events: LoggedCaptchaEvent[], cap: number): string 
   return 'the moment is not in the log';
 }
 
+/**
+ * The cancelled batch (docs/design.md invariant 8): no in.php of its records later than the bound
+ * after the cancel returned, and no POST of a record whose answer (the res.php that gave the
+ * token) came later than that; no record of another batch ends `cancelled`.
+ */
+function cancelChecks(evidence: ChaosEvidence, violations: string[]): ChaosFigures['cancel'] {
+  const cancel = evidence.cancel;
+  if (!cancel) return undefined;
+  const late = cancel.at + cancel.boundMs + CANCEL_SLACK_MS;
+  const inPhpLate: string[] = [];
+  const answeredLate = new Set<string>();
+  let inPhpAfter = 0;
+  for (const e of evidence.captcha) {
+    if (!cancel.keys.has(e.record) || e.t <= cancel.at) continue;
+    if (e.kind === 'in.php') {
+      inPhpAfter += 1;
+      if (e.t > late) inPhpLate.push(`${e.record} (${e.t - cancel.at} ms after the cancel)`);
+    } else if (e.kind === 'res.php' && e.answer === 'OK' && e.t > late) answeredLate.add(e.record);
+  }
+  let postsAfter = 0;
+  const postedLate: string[] = [];
+  for (const e of evidence.target) {
+    if (e.kind !== 'post' || !cancel.keys.has(e.record) || e.t <= cancel.at) continue;
+    postsAfter += 1;
+    if (answeredLate.has(e.record)) postedLate.push(e.record);
+  }
+  if (inPhpLate.length)
+    violations.push(`in.php of the cancelled batch after the cancel's bound: ${few(inPhpLate)}`);
+  if (postedLate.length)
+    violations.push(
+      `a record of the cancelled batch answered after the cancel's bound was posted: ${few(postedLate)}`,
+    );
+  const outcomes: Record<string, number> = {};
+  const wrong: string[] = [];
+  for (const key of evidence.keys) {
+    const status = evidence.rows.get(key)?.status ?? 'none';
+    if (cancel.keys.has(key)) outcomes[status] = (outcomes[status] ?? 0) + 1;
+    else if (status === 'cancelled') wrong.push(key);
+  }
+  if (wrong.length) violations.push(`records of another batch ended cancelled: ${few(wrong)}`);
+  return { records: cancel.keys.size, outcomes, inPhpAfter, postsAfter };
+}
+
 export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
   const { keys, cap } = evidence;
   const violations: string[] = [];
@@ -197,6 +252,7 @@ export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
   const leaked = evidence.secrets.filter((s) => s.length >= 8 && evidence.logText.includes(s));
   if (leaked.length || evidence.tokenPattern?.test(evidence.logText))
     violations.push(`${leaked.length || 'a'} secret(s) (the key or a token) found in the logs`);
+  const cancel = cancelChecks(evidence, violations);
 
   return {
     figures: {
@@ -212,6 +268,7 @@ export function checkChaos(evidence: ChaosEvidence): ChaosVerdict {
       queueLeft: evidence.queueLeft,
       lostAnswers: lost,
       resPhpPerTask: resPhpPerTask(evidence.captcha),
+      ...(cancel ? { cancel } : {}),
     },
     violations,
   };

@@ -3,11 +3,12 @@ import { DynamoDBClient, ListTablesCommand, PutItemCommand } from '@aws-sdk/clie
 import { PutSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { SOLVE_TIMES_PARTITION } from '../../functions/pipeline/solve-time-exchange.js';
+import { BatchCancels } from '../../functions/records/cancellations.js';
 import { clientConfig } from '../emulator/deploy.js';
 import type { LocalStack } from '../stack/local-stack.js';
 
 /**
- * What the chaos run does as an operator and as a hostile peer: rotates the API key mid-run
+ * What the chaos run does as an operator and as a hostile peer: cancels a batch mid-run, rotates the API key mid-run
  * (docs/security.md: the new key in the secret, the old one refused at CaptchaAI at once), then
  * resumes a pause the rotation caused and redrives the records that stopped on the old key, as
  * `threadgate resume` and `threadgate redrive` would; and writes crafted SolveTimes items.
@@ -17,6 +18,29 @@ export interface KeyRotation {
   rotated: boolean;
   resumes: number;
   redriven: number;
+  /**
+   * DLQ messages without the worker's `error_code` attribute: moved there by SQS after
+   * maxReceiveCount, with no reason (invariant 3). They are not redriven: they stay for the checker.
+   */
+  withoutReason: Set<string>;
+}
+
+/** `threadgate cancel --batch ID` as the CLI does it; resolves with the epoch ms at which the cancel returned. */
+export async function cancelBatch(stack: LocalStack, batchId: string): Promise<number> {
+  const cancels = new BatchCancels({
+    client: new DynamoDBClient(clientConfig(stack.awsEnv)),
+    tableName: stack.outputs.TableName,
+  });
+  // The table is throttled at random in the run: an operator tries again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await cancels.cancel(batchId, { reason: 'chaos run: cancelled mid-run', by: 'operator' });
+      return Date.now();
+    } catch (err) {
+      if (attempt >= 10) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
 }
 
 /** The new key goes into the secret and becomes CaptchaAI's only valid key in the same moment. */
@@ -47,11 +71,15 @@ export async function superviseRotation(
     rotation.resumes += 1;
     log(`chaos: pipeline resumed after a stop on the old key (${state.code ?? state.reason ?? '?'})`);
   }
-  if (state?.paused === false) rotation.redriven += await redriveStopped(stack);
+  if (state?.paused === false) rotation.redriven += await redriveStopped(stack, rotation.withoutReason);
 }
 
-/** Moves the DLQ's messages back to the jobs queue (a stopped record claims its row again). */
-async function redriveStopped(stack: LocalStack): Promise<number> {
+/**
+ * Moves the DLQ's stop copies (they carry `error_code`) back to the jobs queue, as `threadgate
+ * redrive` would after a resume (a stopped record claims its row again). A message without it is
+ * noted in `withoutReason` and left where it is.
+ */
+async function redriveStopped(stack: LocalStack, withoutReason: Set<string>): Promise<number> {
   let moved = 0;
   for (;;) {
     const out = await stack.sqs.send(
@@ -59,11 +87,14 @@ async function redriveStopped(stack: LocalStack): Promise<number> {
         QueueUrl: stack.outputs.DlqUrl,
         MaxNumberOfMessages: 10,
         VisibilityTimeout: 30,
+        MessageAttributeNames: ['All'],
       }),
     );
     const messages = out.Messages ?? [];
-    if (messages.length === 0) return moved;
-    for (const m of messages) {
+    const copies = messages.filter((m) => m.MessageAttributes?.error_code !== undefined);
+    for (const m of messages) if (!copies.includes(m) && m.MessageId) withoutReason.add(m.MessageId);
+    if (copies.length === 0) return moved;
+    for (const m of copies) {
       await stack.sqs.send(
         new SendMessageCommand({ QueueUrl: stack.outputs.QueueUrl, MessageBody: m.Body ?? '' }),
       );

@@ -29,6 +29,20 @@ export interface ChaosRates {
   keyRotation?: number;
   /** 1: crafted SolveTimes items are written at the start (too many points, a future date, a slot out of range). */
   poisonedItems?: number;
+  /**
+   * 1: the records go in two interleaved batches, and the second is cancelled (`threadgate cancel`)
+   * once half of the records have ended.
+   */
+  cancelMidRun?: number;
+  /** Per GetItem of a batch's cancel item (the workers' cancel reads): ProvisionedThroughputExceededException. */
+  cancelReadFails?: number;
+  /**
+   * Share of the run's time the target's host name answers SERVFAIL at the DNS stand-in the
+   * workers resolve through (outages of 0.5–2 s): host checks and page loads meet it.
+   */
+  dnsOutage?: number;
+  /** Per SendMessage to the DLQ (a stop's or an invalid message's copy): InternalError. */
+  dlqSendFails?: number;
 }
 
 export interface ChaosOptions {
@@ -61,6 +75,10 @@ export const CHAOS_RATE_NAMES = [
   'ssmThrottle',
   'keyRotation',
   'poisonedItems',
+  'cancelMidRun',
+  'cancelReadFails',
+  'dnsOutage',
+  'dlqSendFails',
 ] as const satisfies readonly (keyof ChaosRates)[];
 
 export const CHAOS_DEFAULTS = {
@@ -81,6 +99,10 @@ export const CHAOS_DEFAULTS = {
     ssmThrottle: 0.03,
     keyRotation: 1,
     poisonedItems: 1,
+    cancelMidRun: 1,
+    cancelReadFails: 0.2,
+    dnsOutage: 0.05,
+    dlqSendFails: 0.3,
   } satisfies ChaosRates,
   killMeanS: 40,
   maxKills: 5,
@@ -106,6 +128,19 @@ export interface FaultCounts {
   resumes: number;
   redriven: number;
   poisonedItems: number;
+  /** The batch cancelled mid-run (1 when it was). */
+  cancels: number;
+  /** Cancel-item GetItems the emulator failed, of all it saw. */
+  cancelReadsFailed: number;
+  cancelReads: number;
+  /** DNS queries for the target's name answered SERVFAIL, and the outages. */
+  dnsServfails: number;
+  dnsOutages: number;
+  /** DLQ SendMessage calls the emulator failed, of all it saw. */
+  dlqSendsFailed: number;
+  dlqSends: number;
+  /** DLQ messages without a reason attribute the run's operator found (and left; SQS moved them). */
+  dlqWithoutReason: number;
 }
 
 /** `name=rate,…` → rates over the defaults; an unknown name or a rate outside 0..1 is an error naming it. */
@@ -186,11 +221,17 @@ export function formatChaos(r: {
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
     `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,
+    `               batch cancels ${d.cancels}; cancel reads failed ${d.cancelReadsFailed} of ${d.cancelReads}; DNS SERVFAIL answers ${d.dnsServfails} (${d.dnsOutages} outages); DLQ sends failed ${d.dlqSendsFailed} of ${d.dlqSends}; DLQ messages without a reason ${d.dlqWithoutReason}`,
     `res.php        per task: mean ${f.resPhpPerTask.mean.toFixed(1)}, max ${f.resPhpPerTask.max} (${f.resPhpPerTask.tasks} tasks)`,
     `threads held   at most ${f.maxThreadsHeld} (cap ${f.cap}), counted by the CaptchaAI stand-in`,
     `in.php         ${f.inPhpTotal}; records by in.php count: ${entries(f.inPhpPerRecord)}`,
     `form POSTs     records by POST count: ${entries(f.postsPerRecord)}`,
     `outcomes       ${entries(f.outcomes)}; failed by reason: ${entries(f.failedReasons)}`,
+    ...(f.cancel
+      ? [
+          `cancelled      batch of ${f.cancel.records}: ${entries(f.cancel.outcomes)}; after the cancel: in.php ${f.cancel.inPhpAfter}, POSTs ${f.cancel.postsAfter}`,
+        ]
+      : []),
     `dlq / queue    ${f.dlq} / ${f.queueLeft}`,
     `elapsed        ${r.elapsedS.toFixed(1)} s`,
     `logs           ${r.logDir}`,

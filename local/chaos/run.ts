@@ -8,8 +8,9 @@ import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { computeCap } from '../../functions/pipeline/cap-policy.js';
 import { isFinalStatus } from '../../functions/records/store.js';
+import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
 import { REPO_ROOT } from '../emulator/deploy.js';
-import { addAwsFaults, awsFaults } from '../emulator/fault-client.js';
+import { type AwsFaultRule, addAwsFaults, awsFaults } from '../emulator/fault-client.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../runtime/child-process.js';
 import {
   type LocalStack,
@@ -20,8 +21,9 @@ import {
 import { queueDepth, readDlq, readOutcomes, readOutcomesOf, STATUS_FIELDS } from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
+import { DnsStandin } from '../standins/dns.js';
 import { type ChaosVerdict, checkChaos } from './check.js';
-import { type KeyRotation, poisonSolveTimes, rotateKey, superviseRotation } from './operator.js';
+import { cancelBatch, type KeyRotation, poisonSolveTimes, rotateKey, superviseRotation } from './operator.js';
 import { type ChaosOptions, type FaultCounts, finalWriteFaults, timeoutWriteFaults } from './plan.js';
 
 /**
@@ -30,7 +32,9 @@ import { type ChaosOptions, type FaultCounts, finalWriteFaults, timeoutWriteFaul
  * connection, an answer after the client's timeout), form POSTs taken and their answers
  * dropped, DynamoDB writes throttled and final writes failing (a few times, or for good), tasks
  * never answered whose `failed` write then fails, the pipeline state's reads throttled, the API
- * key rotated mid-run, crafted SolveTimes items in the table — and the runtime process is
+ * key rotated mid-run, crafted SolveTimes items in the table, one of two batches cancelled
+ * mid-run while reads of its cancel fail, the target's name failing at the DNS stand-in for
+ * seconds at a time, the DLQ's sends failing — and the runtime process is
  * SIGKILLed and restarted now and then, the producers sending the unfinished records again. Afterwards the checker (./check.ts) judges the stand-ins' own logs.
  */
 export interface ChaosResult extends ChaosVerdict {
@@ -61,6 +65,70 @@ async function sendAgain(stack: LocalStack, bodies: string[]): Promise<void> {
         Entries: bodies.slice(i, i + 10).map((body, n) => ({ Id: String(n), MessageBody: body })),
       }),
     );
+  }
+}
+
+/** The target's host name the workers resolve through the DNS stand-in (with `dnsOutage`). */
+const TARGET_NAME = 'chaos-form.dns.test';
+
+/** The two interleaved batches of a run with `cancelMidRun`: the second is cancelled. */
+function batchesOf(seed: number): { kept: string; cancelled: string } {
+  return { kept: `chaos-${seed}-kept`, cancelled: `chaos-${seed}-cancelled` };
+}
+
+/** The emulator rules of the new kinds: reads of the cancel items and the DLQ's sends fail at a rate. */
+function controlPathFaults(stack: LocalStack, o: ChaosOptions): AwsFaultRule[] {
+  const rules: AwsFaultRule[] = [];
+  if ((o.rates.cancelReadFails ?? 0) > 0) {
+    rules.push({
+      operation: 'GetItem',
+      service: 'dynamodb',
+      contains: ['cancelled batch '],
+      rate: o.rates.cancelReadFails ?? 0,
+      seed: `${o.seed}-cancel-read`,
+      error: 'ProvisionedThroughputExceededException',
+    });
+  }
+  if ((o.rates.dlqSendFails ?? 0) > 0) {
+    rules.push({
+      operation: 'SendMessage',
+      service: 'sqs',
+      contains: [stack.outputs.DlqUrl.split('/').pop() ?? 'dlq'],
+      rate: o.rates.dlqSendFails ?? 0,
+      seed: `${o.seed}-dlq-send`,
+      error: 'InternalError',
+      status: 500,
+    });
+  }
+  return rules;
+}
+
+/**
+ * DNS outages: the target's name answers SERVFAIL for 0.5–2 s at a time, `share` of the time in
+ * all (seeded), until the signal aborts. Resolves with the number of outages.
+ */
+async function dnsOutages(
+  dns: DnsStandin,
+  share: number,
+  seed: number,
+  signal: AbortSignal,
+): Promise<number> {
+  const random = seedrandom(`${seed}-dns`);
+  let outages = 0;
+  const pause = (ms: number) =>
+    sleep(ms, undefined, { signal }).then(
+      () => !signal.aborted,
+      () => false,
+    );
+  for (;;) {
+    const outageMs = 500 + random() * 1_500;
+    const meanGapMs = (1_250 * (1 - share)) / share;
+    if (!(await pause(-Math.log(1 - random()) * meanGapMs))) return outages;
+    dns.setFault(TARGET_NAME, 'servfail');
+    outages += 1;
+    const on = await pause(outageMs);
+    dns.setFault(TARGET_NAME, undefined);
+    if (!on) return outages;
   }
 }
 
@@ -98,6 +166,7 @@ async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Pr
       error: 'ProvisionedThroughputExceededException',
     });
   }
+  rules.push(...controlPathFaults(stack, o));
   if (rules.length) await addAwsFaults(stack.awsEnv.AWS_ENDPOINT_URL ?? '', rules);
 }
 
@@ -126,12 +195,21 @@ interface Drive {
   /** Starts a new runtime process (the newest one is the one killed next). */
   start: () => Promise<void>;
   kill: () => Promise<void>;
+  /** The batch to cancel once half of the records ended (`cancelMidRun`). */
+  cancelBatch?: string;
+}
+
+interface Driven {
+  kills: number;
+  rotation: KeyRotation;
+  timedOut: boolean;
+  elapsedS: number;
+  /** When the cancel returned (epoch ms), if the run cancelled its batch. */
+  cancelledAt?: number;
 }
 
 /** Feeds the records and kills the runtime now and then until every record ended and the queue is empty. */
-async function drive(
-  d: Drive,
-): Promise<{ kills: number; rotation: KeyRotation; timedOut: boolean; elapsedS: number }> {
+async function drive(d: Drive): Promise<Driven> {
   const { stack, o, bodies, keys, cap } = d;
   const random = seedrandom(String(o.seed));
   const untilKill = () => (o.killMeanS > 0 ? -Math.log(1 - random()) * o.killMeanS * 1000 : Infinity);
@@ -150,7 +228,8 @@ async function drive(
   });
   let kills = 0;
   let nextKill = Date.now() + untilKill();
-  const rotation: KeyRotation = { rotated: false, resumes: 0, redriven: 0 };
+  const rotation: KeyRotation = { rotated: false, resumes: 0, redriven: 0, withoutReason: new Set() };
+  let cancelledAt: number | undefined;
   let allEnded = false;
   let timedOut = false;
   for (;;) {
@@ -179,18 +258,29 @@ async function drive(
       o.log('chaos: API key rotated (secret and CaptchaAI)');
     }
     if (rotation.rotated) await superviseRotation(stack, rotation, o.log);
+    // Half of the way through, one of the two batches is cancelled.
+    if (d.cancelBatch !== undefined && cancelledAt === undefined && p.done >= bodies.length / 2) {
+      cancelledAt = await cancelBatch(stack, d.cancelBatch);
+      o.log(`chaos: batch ${d.cancelBatch} cancelled`);
+    }
     allEnded = fed && everyRecordFinished(p);
     o.log(`chaos: ${p.done}/${p.total} ended, in flight ${p.inFlight}/${cap}, kills ${kills}`);
   }
   await feeding;
-  return { kills, rotation, timedOut, elapsedS: (Date.now() - startedAt) / 1000 };
+  return {
+    kills,
+    rotation,
+    timedOut,
+    elapsedS: (Date.now() - startedAt) / 1000,
+    ...(cancelledAt === undefined ? {} : { cancelledAt }),
+  };
 }
 
 /** The checker's verdict on the stand-ins' logs and the emulator's state, and the faults counted where they landed. */
 async function judge(
   d: Drive,
   logDir: string,
-  run: { kills: number; rotation: KeyRotation; poisoned: number },
+  run: Driven & { poisoned: number; dns?: { standin: DnsStandin; outages: number } },
 ) {
   const { stack, o, keys, cap } = d;
   const standin = stack.captcha.stats();
@@ -216,9 +306,20 @@ async function judge(
     // for each received token would read the whole log once per record).
     secrets: [stack.apiKey],
     tokenPattern: TOKEN_PATTERN,
+    ...(run.cancelledAt === undefined || d.cancelBatch === undefined
+      ? {}
+      : {
+          cancel: {
+            keys: new Set(keys.filter((_, i) => i % 2 === 1)),
+            at: run.cancelledAt,
+            boundMs: cancelRefreshMs(o.timeScale),
+          },
+        }),
   });
   const failed = (pred: (r: (typeof rules)[number]) => boolean) =>
     rules.filter(pred).reduce((n, r) => n + r.failed, 0);
+  const seen = (pred: (r: (typeof rules)[number]) => boolean) =>
+    rules.filter(pred).reduce((n, r) => n + r.seen, 0);
   const faults: FaultCounts = {
     lostHtml502: standin.lostAnswers.html502,
     lostDrop: standin.lostAnswers.drop,
@@ -235,7 +336,15 @@ async function judge(
     keyRotations: run.rotation.rotated ? 1 : 0,
     resumes: run.rotation.resumes,
     redriven: run.rotation.redriven,
+    dlqWithoutReason: run.rotation.withoutReason.size,
     poisonedItems: run.poisoned,
+    cancels: run.cancelledAt === undefined ? 0 : 1,
+    cancelReadsFailed: failed((r) => r.operation === 'GetItem'),
+    cancelReads: seen((r) => r.operation === 'GetItem'),
+    dnsServfails: run.dns?.standin.queries(TARGET_NAME).filter((q) => q.answered === 'servfail').length ?? 0,
+    dnsOutages: run.dns?.outages ?? 0,
+    dlqSendsFailed: failed((r) => r.operation === 'SendMessage'),
+    dlqSends: seen((r) => r.operation === 'SendMessage'),
   };
   return { verdict, faults };
 }
@@ -243,6 +352,10 @@ async function judge(
 export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const logDir = join(REPO_ROOT, '.local-stack', 'chaos', `${o.seed}-${randomBytes(3).toString('hex')}`);
   const deployStart = Date.now();
+  // With DNS outages the workers resolve the target's name through a DNS stand-in (a fresh
+  // synth: its port is part of the stack's settings).
+  const dns =
+    (o.rates.dnsOutage ?? 0) > 0 ? await DnsStandin.start({ [TARGET_NAME]: ['127.0.0.1'] }) : undefined;
   const stack = await startLocalStack({
     threads: o.threads,
     reserve: o.reserve,
@@ -251,8 +364,15 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     random: seedrandom(`${o.seed}-latency`),
     logDir,
     onPhase: (m) => o.log(m),
+    ...(dns
+      ? { settings: { allowedHosts: ['127.0.0.1', 'localhost', TARGET_NAME], dnsServers: [dns.server] } }
+      : {}),
+  }).catch(async (err: unknown) => {
+    await dns?.stop();
+    throw err;
   });
   const runtimes: RuntimeProcess[] = [];
+  const outagesEnd = new AbortController();
   try {
     const deployS = (Date.now() - deployStart) / 1000;
     await o.startWhen;
@@ -261,7 +381,15 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       minCap: DEFAULTS.minCap,
       maxCap: DEFAULTS.maxCap,
     });
-    const bodies = generatedRecords(stack.site.url, stack.site.sitekey, o.records, `chaos-${o.seed}`);
+    const siteUrl = dns ? stack.site.url.replace('127.0.0.1', TARGET_NAME) : stack.site.url;
+    const batches = (o.rates.cancelMidRun ?? 0) > 0 ? batchesOf(o.seed) : undefined;
+    // With a cancel mid-run, records alternate between the two batches; odd ones are cancelled.
+    const bodies = generatedRecords(siteUrl, stack.site.sitekey, o.records, `chaos-${o.seed}`).map(
+      (body, i) =>
+        batches
+          ? JSON.stringify({ ...JSON.parse(body), batch_id: i % 2 === 1 ? batches.cancelled : batches.kept })
+          : body,
+    );
     const keys = bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
     await armFaults(stack, o, keys);
     const poisoned = (o.rates.poisonedItems ?? 0) > 0 ? await poisonSolveTimes(stack) : 0;
@@ -275,15 +403,27 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       kill: async () => {
         await runtimes.at(-1)?.kill();
       },
+      ...(batches ? { cancelBatch: batches.cancelled } : {}),
     };
     await d.start();
-    const { kills, rotation, timedOut, elapsedS } = await drive(d);
+    const outages = dns
+      ? dnsOutages(dns, o.rates.dnsOutage ?? 0, o.seed, outagesEnd.signal)
+      : Promise.resolve(0);
+    const driven = await drive(d);
+    outagesEnd.abort();
+    const { timedOut, elapsedS } = driven;
     await Promise.all(runtimes.map((r) => r.stop()));
-    const { verdict, faults } = await judge(d, logDir, { kills, rotation, poisoned });
+    const { verdict, faults } = await judge(d, logDir, {
+      ...driven,
+      poisoned,
+      ...(dns ? { dns: { standin: dns, outages: await outages } } : {}),
+    });
     if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
     return { ...verdict, seed: o.seed, faults, elapsedS, deployS, logDir, timedOut };
   } finally {
+    outagesEnd.abort();
     await Promise.all(runtimes.map((r) => r.kill()));
     await stack.stop();
+    await dns?.stop();
   }
 }

@@ -33,6 +33,9 @@ import { HOSTILE_KINDS, type HostileKind, sendHostile } from './hostile-reply.js
  *                           bare form again without any message (`silent`), a 303 to /thanks
  *                           (`redirect`) or 200 {"ok":true,…} (`json`). Every such answer carries
  *                           FORM_PAGE_SENTINEL, so a test can search logs and rows for page text.
+ *                           With `?pad=<bytes>` on the POST's URL, the page answers (`page`, `silent`)
+ *                           carry that much filler before their message: a failure marker past
+ *                           the worker's 1 MiB read of the answer.
  *
  * A lost answer, drawn at run time (`faults.dropAfterPost`, a FaultSchedule: every Nth POST or
  * a seeded rate, optionally for some record keys): the POST is verified and counted as usual
@@ -274,10 +277,11 @@ class TargetSite {
     reason: string,
     event?: TargetEvent,
     shape?: FormShape,
+    pad = 0,
   ): void {
     this.stats.rejections[reason] = (this.stats.rejections[reason] ?? 0) + 1;
     if (shape) {
-      const answer = formAnswer(shape, 'refused', event?.record ?? '');
+      const answer = formAnswer(shape, 'refused', event?.record ?? '', pad);
       if (event) this.events.push({ ...event, status: answer.status, reason });
       res.writeHead(answer.status, answer.headers).end(answer.body);
       return;
@@ -318,10 +322,7 @@ class TargetSite {
     const widget = turnstile
       ? `<div class="cf-turnstile" data-sitekey="${sitekey}"></div>`
       : `<div class="g-recaptcha" data-sitekey="${sitekey}"></div>`;
-    const pad = Math.min(
-      MAX_PAD_BYTES,
-      Math.max(0, Math.floor(Number(url.searchParams.get(PAD_PARAM)) || 0)),
-    );
+    const pad = padOf(url);
     res
       .writeHead(200, headers)
       .end(
@@ -350,13 +351,14 @@ class TargetSite {
     };
     const session = readCookie(req, SESSION_COOKIE);
     const pageurl = session ? this.sessions.get(session) : undefined;
-    if (!pageurl) return this.reject(res, 403, 'NO_SESSION', event, shape);
+    const pad = padOf(url);
+    if (!pageurl) return this.reject(res, 403, 'NO_SESSION', event, shape, pad);
     const field = this.tokenFields.find((f) => form.has(f));
     const token = field ? form.get(field) : undefined;
-    if (!token) return this.reject(res, 403, 'MISSING_TOKEN', event, shape);
+    if (!token) return this.reject(res, 403, 'MISSING_TOKEN', event, shape, pad);
     this.tokens.push(token);
     const refusal = await this.verify(token, pageurl);
-    if (refusal) return this.reject(res, refusal.status, refusal.reason, event, shape);
+    if (refusal) return this.reject(res, refusal.status, refusal.reason, event, shape, pad);
     const record = form.get('record') ?? url.pathname;
     this.stats.accepted[record] = (this.stats.accepted[record] ?? 0) + 1;
     this.stats.acceptedTotal++;
@@ -368,7 +370,7 @@ class TargetSite {
       return;
     }
     if (shape) {
-      const answer = formAnswer(shape, 'accepted', event.record);
+      const answer = formAnswer(shape, 'accepted', event.record, pad);
       this.events.push({ ...event, status: answer.status });
       res.writeHead(answer.status, answer.headers).end(answer.body);
       return;
@@ -399,6 +401,11 @@ class TargetSite {
   }
 }
 
+/** The `?pad=<bytes>` of a request, within 0 … MAX_PAD_BYTES. */
+function padOf(url: URL): number {
+  return Math.min(MAX_PAD_BYTES, Math.max(0, Math.floor(Number(url.searchParams.get(PAD_PARAM)) || 0)));
+}
+
 function formShape(arg: string): FormShape {
   if (!(FORM_SHAPES as readonly string[]).includes(arg))
     throw new RangeError(`unknown form shape "${arg}" (one of ${FORM_SHAPES.join(', ')})`);
@@ -413,12 +420,14 @@ function formAnswer(
   shape: FormShape,
   verdict: 'refused' | 'accepted',
   record: string,
+  pad = 0,
 ): { status: number; headers: Record<string, string>; body: string } {
   const html = (inner: string) => ({
     status: 200,
     headers: { 'content-type': 'text/html; charset=utf-8' },
     body:
       `<!doctype html><html><body><!-- ${FORM_PAGE_SENTINEL} -->` +
+      (pad > 0 ? `<!--${'x'.repeat(pad)}-->` : '') +
       `<form method="post"><input name="record" value="${escapeHtml(record)}"><button>Submit</button></form>${inner}</body></html>\n`,
   });
   if (shape === 'redirect') {

@@ -1,18 +1,22 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BATCH_CANCELLED, BatchCancels } from '../../../functions/records/cancellations.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { awsClientOptions } from '../../../functions/common/aws-clients.js';
+import { BATCH_CANCELLED, BatchCancels, cancelKeyOf } from '../../../functions/records/cancellations.js';
 import { OutcomesStore } from '../../../functions/records/store.js';
 import { processBatch } from '../../../functions/worker/batch-loop.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { WorkerDeps } from '../../../functions/worker/types.js';
 import { createWorkerDeps } from '../../../functions/worker.js';
-import type { MotoServer } from '../../../local/emulator/moto.js';
+import { addAwsFaults, awsRequests, clearAwsFaults } from '../../../local/emulator/fault-client.js';
+import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
 import { startTargetStandin, type TargetStandin } from '../../../local/standins/target.js';
 import {
   type AwsClients,
   clientsFor,
   createWorkerResources,
+  receive,
   receiveAll,
   sendJobs,
   sqsEvent,
@@ -66,6 +70,47 @@ afterAll(async () => {
   await moto?.stop();
 });
 
+afterEach(async () => {
+  await clearAwsFaults(moto.endpoint);
+  captcha.setFaults({ unsolvable: 0 });
+});
+
+/** Past this environment's cancel bound at the test time scale (1 s). */
+const pastTheBound = () => new Promise((resolve) => setTimeout(resolve, 1_100));
+
+/** Every GetItem of the batch's cancel item fails at moto (a throttled table), from now on. */
+async function failCancelReads(batch: string): Promise<void> {
+  await addAwsFaults(moto.endpoint, [
+    {
+      operation: 'GetItem',
+      key: { record_key: cancelKeyOf(batch) },
+      error: 'ProvisionedThroughputExceededException',
+      times: 0,
+    },
+  ]);
+}
+
+/** The messages once they are visible again after their retry delay. */
+async function retried(messages: Message[]): Promise<Message[]> {
+  const wanted = new Set(messages.map((m) => m.MessageId));
+  const found: Message[] = [];
+  const end = Date.now() + 15_000;
+  while (found.length < wanted.size) {
+    if (Date.now() > end) throw new Error(`${wanted.size - found.length} message(s) did not come back`);
+    found.push(...(await receive(clients.sqs, res.queueUrl, 10)).filter((m) => wanted.has(m.MessageId)));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return found;
+}
+
+/** GetItem calls of the batch's cancel item that moto failed. */
+async function failedCancelReads(batch: string): Promise<number> {
+  const { entries } = await awsRequests(moto.endpoint);
+  return entries.filter(
+    (e) => e.op.endsWith('.GetItem') && e.key?.record_key === cancelKeyOf(batch) && e.fault !== undefined,
+  ).length;
+}
+
 function instance(): WorkerDeps {
   const config = readWorkerConfig({
     ...res.env,
@@ -74,7 +119,14 @@ function instance(): WorkerDeps {
     COOLDOWN_MS: '0',
     TARGET_TIMEOUT_MS: '10000',
   });
-  return createWorkerDeps(config, clients, { resolver: catalogResolver });
+  // The table client as the worker's own (one attempt per call): a failed cancel read fails at once.
+  const ddb = new DynamoDBClient({
+    endpoint: moto.endpoint,
+    region: MOTO_REGION,
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    ...awsClientOptions(),
+  });
+  return createWorkerDeps(config, { ...clients, ddb }, { resolver: catalogResolver });
 }
 
 let nextKey = 0;
@@ -208,4 +260,127 @@ describe('batch cancel (worker against moto and the stand-ins)', () => {
     expect(await cancels.get(batch)).toEqual(first.cancel);
     expect(await cancels.get(newKey('never'))).toBeUndefined();
   });
+});
+
+describe('a cancel that holds when its read fails or comes late in a solve (issue 43)', () => {
+  it('a cancel read failing after the cancel sends no record of the batch to in.php: each is released and retried, then ends cancelled', async () => {
+    // Prepare: the environment has read "not cancelled" (as for an earlier record of the batch);
+    // then the cancel lands and every read of it fails at moto; the next records come past the bound.
+    const batch = newKey('unread');
+    const later = [newKey('u1'), newKey('u2')];
+    const deps = instance();
+    expect(await deps.cancels?.cancelOf(batch)).toBeUndefined();
+    await cancels.cancel(batch);
+    await failCancelReads(batch);
+    const messages = await sendAndReceive(later.map((key) => job(key, batch)));
+    await pastTheBound();
+    // Act
+    const out = await deliver(deps, messages);
+    // Assess: the reads failed at moto; no in.php, page load or POST; each message retried with
+    // its claim released (not `failed`, not `submitted`).
+    expect(await failedCancelReads(batch)).toBeGreaterThan(0);
+    expect(out.batchItemFailures.map((f) => f.itemIdentifier).sort()).toEqual(
+      messages.map((m) => m.MessageId).sort(),
+    );
+    for (const key of later) {
+      expect(inPhpFor(key)).toBe(0);
+      expect(targetEventsFor(key, 'post-received')).toBe(0);
+      expect(await store.get(key)).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 0 });
+    }
+    // Act 2: the table answers again; the retried messages meet the cancel.
+    await clearAwsFaults(moto.endpoint);
+    await deliver(deps, await retried(messages));
+    // Assess 2
+    for (const key of later) {
+      expect(await store.get(key)).toMatchObject({
+        status: 'cancelled',
+        reason: BATCH_CANCELLED,
+        attempts: 0,
+      });
+      expect(inPhpFor(key)).toBe(0);
+    }
+  }, 60_000);
+
+  it('a cancel read failing at the check before the POST: the token in hand is not posted, the claim is released', async () => {
+    // Prepare
+    const batch = newKey('unread-post');
+    const key = newKey('up');
+    const [message] = await sendAndReceive([job(key, batch)]);
+    const deps = instance();
+    // Act: cancel while CaptchaAI has the task (solves take 1.5 s, past the 1 s bound); every
+    // read of the cancel fails from then on.
+    const working = deliver(deps, [message!]);
+    await until('the in.php of the record', () => inPhpFor(key) === 1);
+    await cancels.cancel(batch);
+    await failCancelReads(batch);
+    const out = await working;
+    // Assess: one task, answered; no POST; the message retried, the claim released with its in.php counted.
+    expect(await failedCancelReads(batch)).toBeGreaterThan(0);
+    expect(out.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+    expect(inPhpFor(key)).toBe(1);
+    expect(targetEventsFor(key, 'post-received')).toBe(0);
+    expect(await store.get(key)).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 1 });
+    // Act 2: the table answers again; the retried message meets the cancel.
+    await clearAwsFaults(moto.endpoint);
+    await deliver(deps, await retried([message!]));
+    // Assess 2: no second task, no POST; cancelled with the one in.php counted.
+    expect(await store.get(key)).toMatchObject({ status: 'cancelled', reason: BATCH_CANCELLED, attempts: 1 });
+    expect(inPhpFor(key)).toBe(1);
+    expect(targetEventsFor(key, 'post-received')).toBe(0);
+  }, 60_000);
+
+  it('an UNSOLVABLE task of a batch cancelled while it was at CaptchaAI is not resubmitted', async () => {
+    // Prepare: the stand-in ends the record's task UNSOLVABLE after its 1.5 s latency.
+    const batch = newKey('unsolvable');
+    const key = newKey('uns');
+    const [message] = await sendAndReceive([job(key, batch)]);
+    const deps = instance();
+    captcha.setFaults({ unsolvable: 1 });
+    // Act: cancel once CaptchaAI has the task.
+    const working = deliver(deps, [message!]);
+    await until('the in.php of the record', () => inPhpFor(key) === 1);
+    captcha.setFaults({ unsolvable: 0 });
+    await cancels.cancel(batch);
+    const out = await working;
+    // Assess: the one task ended UNSOLVABLE; no second in.php, no POST; the record ends cancelled.
+    expect(out.batchItemFailures).toEqual([]);
+    expect(captcha.events().entries.filter((e) => e.kind === 'task-end' && e.record === key)).toHaveLength(1);
+    expect(inPhpFor(key)).toBe(1);
+    expect(targetEventsFor(key, 'post-received')).toBe(0);
+    expect(await store.get(key)).toMatchObject({ status: 'cancelled', reason: BATCH_CANCELLED, attempts: 1 });
+  }, 60_000);
+
+  it("the cancel follows the row's batch, not the message's: a record resent under another batch is held by its first batch's cancel only", async () => {
+    // Prepare: two records whose rows an earlier claim left under batch A (lease expired), each
+    // sent again under batch B. A cancelled for one pair, B for the other.
+    const [a1, b1, a2, b2] = [newKey('rowA'), newKey('msgB'), newKey('rowA'), newKey('msgB')];
+    const [heldKey, freeKey] = [newKey('held'), newKey('free')];
+    const earlier = new OutcomesStore({
+      client: clients.ddb,
+      tableName: res.tableName,
+      now: () => Date.now() - 61_000,
+    });
+    for (const [key, batch] of [
+      [heldKey, a1],
+      [freeKey, a2],
+    ] as const) {
+      await earlier.claim(key, {
+        owner: 'earlier',
+        leaseMs: 60_000,
+        captchaType: 'recaptcha_v2',
+        batchId: batch,
+      });
+    }
+    await cancels.cancel(a1);
+    await cancels.cancel(b2);
+    const messages = await sendAndReceive([job(heldKey, b1), job(freeKey, b2)]);
+    // Act
+    await deliver(instance(), messages);
+    // Assess: the record of the cancelled row batch ends cancelled without an in.php; the one
+    // whose message's batch (not its row's) is cancelled is worked and posted once.
+    expect(await store.get(heldKey)).toMatchObject({ status: 'cancelled', batch_id: a1, attempts: 0 });
+    expect(inPhpFor(heldKey)).toBe(0);
+    expect(await store.get(freeKey)).toMatchObject({ status: 'submitted', batch_id: a2, attempts: 1 });
+    expect(targetEventsFor(freeKey, 'post-received')).toBe(1);
+  }, 60_000);
 });

@@ -192,6 +192,31 @@ describe('RotatingCaptchaAiClient over real HTTP', () => {
     expect(captcha.stats().errors.ERROR_KEY_DOES_NOT_EXIST).toBe(1);
   });
 
+  it('asks beforeSubmit before the repeat with the new key: a batch cancelled meanwhile sends no in.php with it', async () => {
+    // Prepare: as above; the caller's check passes before the first in.php and refuses the repeat.
+    const { name, client } = await rotating();
+    await client.threadsInfo();
+    const keyB = newApiKey();
+    captcha.setApiKey(keyB);
+    await putSecret(name, keyB);
+    const cancelled = new Error('the batch is cancelled');
+    const asked: number[] = [];
+    // Act
+    const err = await client
+      .solve(TASK, {
+        beforeSubmit: async () => {
+          asked.push(captcha.stats().submits);
+          if (asked.length > 1) throw cancelled;
+        },
+      })
+      .catch((e: unknown) => e);
+    // Assess: one in.php (key A, refused), asked before it and before the repeat; none with key B.
+    expect(err).toBe(cancelled);
+    expect(asked).toEqual([0, 1]);
+    expect(captcha.stats().submits).toBe(1);
+    expect(requestsWith(keyB)).toBe(0);
+  });
+
   it('keeps the stop-class error when the secret still holds the refused key', async () => {
     const { client } = await rotating();
     captcha.setKeyRevoked(true);

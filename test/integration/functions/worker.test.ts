@@ -673,6 +673,36 @@ describe('worker against moto and the stand-ins', () => {
     expect(logs.text()).not.toContain(FORM_PAGE_SENTINEL);
   });
 
+  it('ends FORM_UNCONFIRMED, posted once, when the answer is cut at the 1 MiB read with only body_excludes: a failure marker after it cannot be ruled out', async () => {
+    // Prepare: the form refuses the token and answers 1.1 MiB of filler, then its error text.
+    const s = await setup();
+    const key = newKey('cut');
+    const form = `${target.url}/form-200/page/${key}`;
+    await sendJobs(clients.sqs, s.res.queueUrl, [
+      flatJob(key, {
+        sitekey: `${target.sitekey}-other`,
+        pageurl: form,
+        submit_url: `${form}?pad=${Math.round(1.1 * 1024 * 1024)}`,
+        form: { record: key },
+        expect: { body_excludes: ['verification failed'] },
+      }),
+    ]);
+    // Act
+    const out = await deliver(s, s.instance(), await receiveAll(clients.sqs, s.res.queueUrl, 1));
+    // Assess: the form refused it (counted at the stand-in), once; the row says the read was cut.
+    expect(out.batchItemFailures).toEqual([]);
+    expect(target.events().entries.filter((e) => e.kind === 'post' && e.record === key)).toMatchObject([
+      { status: 200, reason: 'SITEKEY_MISMATCH' },
+    ]);
+    expect(await s.store.get(key)).toMatchObject({
+      status: 'failed',
+      reason: 'FORM_UNCONFIRMED',
+      expect_rule: 'body_excludes (only the first 1048576 bytes of the answer were read)',
+      target_status: 200,
+      attempts: 1,
+    });
+  });
+
   it('fails a record with the target status when the form POST answers 500', async () => {
     const s = await setup();
     const key = newKey('post500');
@@ -1125,6 +1155,73 @@ describe('worker against moto and the stand-ins', () => {
       }
     },
   );
+
+  it('on the wire: a DNS server answering SERVFAIL during the page load (a redirect hop) is no verdict: the claim is released and the message retried, nothing posted', async () => {
+    // Prepare: the page (on 127.0.0.1, so the host check needs no DNS) redirects to a name the
+    // DNS stand-in fails, so the resolver fails while the page loads, after the claim and in.php.
+    const dns = await DnsStandin.start({ 'page.dns.test': ['127.0.0.1'] });
+    try {
+      const s = await setup({ ALLOWED_HOSTS: '127.0.0.1,page.dns.test', DNS_SERVERS: dns.server });
+      const key = newKey('dns-page');
+      const hop = `${target.url.replace('127.0.0.1', 'page.dns.test')}/form/${key}`;
+      const pageurl = `${target.url}/redirect-to/${encodeURIComponent(hop)}`;
+      await sendJobs(clients.sqs, s.res.queueUrl, [
+        flatJob(key, { pageurl, submit_url: pageurlOf(key), form: { record: key } }),
+      ]);
+      const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+      dns.setFault('page.dns.test', 'servfail');
+      // Act
+      const out = await deliver(s, createWorkerDeps(s.config, clients), [message!]);
+      // Assess: the queries failed at the DNS server; one in.php; no POST; the message is kept and
+      // the claim released (the task was answered), with its in.php counted; not `failed`.
+      const queries = dns.queries('page.dns.test');
+      expect(queries.length).toBeGreaterThan(0);
+      expect(queries.every((q) => q.answered === 'servfail')).toBe(true);
+      expect(captcha.stats().submitsByPageurl[pageurl]).toBe(1);
+      expect(target.events().entries.filter((e) => e.record === key && e.kind !== 'page')).toEqual([]);
+      expect(out.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+      expect(await s.store.get(key)).toMatchObject({
+        status: 'in_progress',
+        lease_expires_at: 0,
+        attempts: 1,
+      });
+    } finally {
+      await dns.stop();
+    }
+  });
+
+  it('on the wire: a DNS server answering SERVFAIL when the form is posted: nothing was sent, so the posting marker is taken back and the record retried, not failed', async () => {
+    // Prepare: the form's host resolves at the host check; the page (on 127.0.0.1, slow) needs no
+    // DNS; the DNS stand-in fails the form's name once the task is at CaptchaAI, before the POST.
+    const dns = await DnsStandin.start({ 'post.dns.test': ['127.0.0.1'] });
+    try {
+      const s = await setup({ ALLOWED_HOSTS: '127.0.0.1,post.dns.test', DNS_SERVERS: dns.server });
+      const key = newKey('dns-post');
+      const pageurl = `${target.url}/slow-page/1000/form/${key}`;
+      const submitUrl = `${target.url.replace('127.0.0.1', 'post.dns.test')}/form/${key}`;
+      await sendJobs(clients.sqs, s.res.queueUrl, [
+        flatJob(key, { pageurl, submit_url: submitUrl, form: { record: key } }),
+      ]);
+      const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+      // Act
+      const working = deliver(s, createWorkerDeps(s.config, clients), [message!]);
+      await waitFor(() => captcha.stats().submitsByPageurl[pageurl] === 1, 'the in.php of the record');
+      dns.setFault('post.dns.test', 'servfail');
+      const out = await working;
+      // Assess: the POST's lookup failed at the DNS server; no POST reached the form; the message
+      // is kept, the claim released without its posting marker; not `failed`.
+      expect(dns.queries('post.dns.test').some((q) => q.answered === 'servfail')).toBe(true);
+      expect(target.events().entries.filter((e) => e.record === key && e.kind.startsWith('post'))).toEqual(
+        [],
+      );
+      expect(out.batchItemFailures).toEqual([{ itemIdentifier: message!.MessageId }]);
+      const row = await s.store.get(key);
+      expect(row).toMatchObject({ status: 'in_progress', lease_expires_at: 0, attempts: 1 });
+      expect(row?.posting_at).toBeUndefined();
+    } finally {
+      await dns.stop();
+    }
+  });
 
   it('on the wire: a name the DNS server does not know (NXDOMAIN) on a first delivery is rejected: it does not resolve', async () => {
     const dns = await DnsStandin.start({});

@@ -902,3 +902,49 @@ describe('CaptchaAiClient: threadsInfo', () => {
     },
   );
 });
+
+describe('CaptchaAiClient: beforeSubmit asks before every in.php', () => {
+  it('is awaited before the first in.php, each transient retry and the UNSOLVABLE resubmission', async () => {
+    // Prepare: one in.php refused (a 429, nothing created), then tasks that end UNSOLVABLE.
+    const s = await standin({ faults: { unsolvable: 1 } });
+    s.inject('in.php', [{ status: 429, body: '<html>slow down</html>', contentType: 'text/html' }]);
+    const asked: number[] = [];
+    const { c } = client(s);
+    // Act
+    const err = await failure(
+      c.solve(V2, {
+        beforeSubmit: async () => {
+          asked.push(s.stats().submits);
+        },
+      }),
+    );
+    // Assess: each in.php at the stand-in came right after an ask (the 429, the task, its resubmission).
+    expect(err).toBeInstanceOf(UnsolvableError);
+    expect(s.stats().submits).toBe(3);
+    expect(asked).toEqual([0, 1, 2]);
+  });
+
+  it('a rejection ends the solve with its error before the in.php: the UNSOLVABLE task is not resubmitted', async () => {
+    // Prepare
+    const s = await standin({ faults: { unsolvable: 1 } });
+    const cancelled = new Error('the batch is cancelled');
+    let asks = 0;
+    const { c, events } = client(s);
+    // Act
+    const budget = { submits: 0, retriesUsed: 0, resubmitted: false, idleRechecked: false };
+    const err = await failure(
+      c.solve(V2, {
+        budget,
+        beforeSubmit: async () => {
+          asks += 1;
+          if (asks > 1) throw cancelled;
+        },
+      }),
+    );
+    // Assess: one task at the stand-in, the caller's error, the submit counted in the budget.
+    expect(err).toBe(cancelled);
+    expect(s.stats().submits).toBe(1);
+    expect(kinds(events, 'resubmit')).toHaveLength(1);
+    expect(budget.submits).toBe(1);
+  });
+});

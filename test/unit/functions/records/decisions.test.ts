@@ -11,6 +11,7 @@ import {
   TransientError,
   UnsolvableError,
 } from '../../../../functions/common/errors.js';
+import { BatchCancelledError, CancelUnknownError } from '../../../../functions/records/cancellations.js';
 import {
   type DecisionContext,
   decideClaimConflict,
@@ -254,6 +255,27 @@ describe('resolver hiccups and invalid redeliveries', () => {
       recordKey: 'r1',
     });
   });
+  const pageHiccup = new DnsUnavailableError(
+    'DNS_UNAVAILABLE',
+    'host "a" could not be resolved now (ESERVFAIL)',
+  );
+  it('a page load that met DNS_UNAVAILABLE is released and retried below the receive limit, not failed', () => {
+    expect(decideOutcome(pageHiccup, ctx)).toEqual({
+      action: 'retry',
+      release: true,
+      reason: 'DNS_UNAVAILABLE',
+    });
+    expect(decideOutcome(pageHiccup, { ...ctx, receiveCount: 3 })).toEqual({
+      action: 'fail',
+      reason: 'DNS_UNAVAILABLE',
+    });
+  });
+  it('a DNS_UNAVAILABLE after the posting marker is final: the record is never worked again', () => {
+    expect(decideOutcome(pageHiccup, { ...ctx, posting: true })).toEqual({
+      action: 'fail',
+      reason: 'DNS_UNAVAILABLE',
+    });
+  });
   it.each<[string, OutcomeRow | undefined, RecordDecision]>([
     [
       'a final row: drop the duplicate',
@@ -294,5 +316,26 @@ describe('decidePauseFailed', () => {
   });
   it('records the stop on the last receive instead of leaving the message to a redrive without a reason', () => {
     expect(decidePauseFailed({ ...stop, lastReceive: true }, 9_000)).toEqual({ action: 'record-stop' });
+  });
+});
+
+describe('the batch cancel asked before an in.php', () => {
+  const cancel = { batchId: 'b', cancelledAt: '2026-12-06T00:00:00.000Z', reason: 'wrong form' };
+  it('a cancelled batch ends the record cancelled, nothing wasted', () => {
+    expect(decideOutcome(new BatchCancelledError(cancel), ctx)).toEqual({
+      action: 'cancel',
+      reason: 'BATCH_CANCELLED: wrong form',
+      wasted: false,
+    });
+  });
+  it('an unknown cancel releases the claim and retries; on the last receive it fails CANCEL_UNKNOWN', () => {
+    const unknown = new CancelUnknownError('b');
+    expect(decideOutcome(unknown, ctx)).toEqual({ action: 'retry', release: true, reason: 'CANCEL_UNKNOWN' });
+    expect(decideOutcome(unknown, lastReceive)).toEqual({ action: 'fail', reason: 'CANCEL_UNKNOWN' });
+    expect(decideOutcome(unknown, ending)).toMatchObject({
+      action: 'retry',
+      release: false,
+      reason: 'ABORTED',
+    });
   });
 });

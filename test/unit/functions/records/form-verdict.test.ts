@@ -107,6 +107,22 @@ describe('judgeFormAnswer: the form says yes or no', () => {
         rule: 'body_includes[0] (only the first 10 bytes of the answer were read)',
       },
     ],
+    [
+      'a cut-off answer without the failure marker in its read part cannot rule one out',
+      { body_excludes: ['failed'] },
+      { status: 200, body: page('x'.repeat(10), false) },
+      {
+        accepted: false,
+        reason: 'FORM_UNCONFIRMED',
+        rule: 'body_excludes (only the first 10 bytes of the answer were read)',
+      },
+    ],
+    [
+      'a cut-off answer with the failure marker in its read part is refused',
+      { body_excludes: ['failed'] },
+      { status: 200, body: page('it failed', false) },
+      { accepted: false, reason: 'FORM_REJECTED', rule: 'body_excludes[0]' },
+    ],
   ])('%s', (_name, rules, answer, verdict) => {
     expect(judgeFormAnswer(rules, answer)).toEqual(verdict);
   });

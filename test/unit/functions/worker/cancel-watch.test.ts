@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { BATCH_CANCELLED, type BatchCancel } from '../../../../functions/records/cancellations.js';
+import {
+  BATCH_CANCELLED,
+  type BatchCancel,
+  CancelUnknownError,
+} from '../../../../functions/records/cancellations.js';
 import { decideCancelled } from '../../../../functions/records/decisions.js';
 import {
   CancelWatch,
@@ -74,14 +78,29 @@ describe('CancelWatch', () => {
     expect(await w.cancelOf('b')).toEqual(CANCEL);
   });
 
-  it('keeps the last answer when a read fails, reports it, and reads again at the next ask', async () => {
-    const t = watch([CANCEL]);
+  it('answers "unknown" (CancelUnknownError), never "not cancelled", when no read has succeeded within the bound; reads again at the next ask', async () => {
     const failing = watch([undefined, new Error('throttled'), CANCEL]);
     expect(await failing.w.cancelOf('b')).toBeUndefined();
     failing.advance(1_000);
-    expect(await failing.w.cancelOf('b')).toBeUndefined();
+    const unknown = await failing.w.cancelOf('b').catch((err: unknown) => err);
+    expect(unknown).toBeInstanceOf(CancelUnknownError);
+    expect(unknown).toMatchObject({ batchId: 'b', code: 'CANCEL_UNKNOWN' });
     expect(failing.failures).toHaveLength(1);
     expect(await failing.w.cancelOf('b')).toEqual(CANCEL);
+  });
+
+  it('answers "unknown" when the very first read fails, and for every ask sharing that read', async () => {
+    const t = watch([new Error('throttled'), undefined]);
+    const asks = await Promise.allSettled([t.w.cancelOf('b'), t.w.cancelOf('b')]);
+    expect(asks.map((a) => a.status)).toEqual(['rejected', 'rejected']);
+    expect(t.reads()).toBe(1);
+    expect(await t.w.cancelOf('b')).toBeUndefined();
+  });
+
+  it('keeps a cancel already seen when a later read would fail (it is final)', async () => {
+    const t = watch([CANCEL, new Error('throttled')]);
+    expect(await t.w.cancelOf('b')).toEqual(CANCEL);
+    t.advance(60_000);
     expect(await t.w.cancelOf('b')).toEqual(CANCEL);
   });
 

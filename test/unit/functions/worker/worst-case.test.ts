@@ -9,6 +9,7 @@ import { WRITE_TRIES } from '../../../../functions/records/store.js';
 import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from '../../../../functions/worker/config.js';
 import {
   AWS_CALL_MS,
+  cancelAsksPerRecord,
   DEADLINE_MARGIN_MS,
   SETUP_MS,
   STOP_PATH_MS,
@@ -39,7 +40,15 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     // The claim, the three phase markers and the final write, each with its tries and back-off.
     expect(parts.aws).toBe(5 * (WRITE_TRIES * AWS_CALL_MS + 250 + 500 + 1_000));
     expect(parts.margin).toBe(DEADLINE_MARGIN_MS);
+    // A cancel read before each of the 6 in.php calls (3 failed or re-checked, 2 tasks, the
+    // stopped start before the rotation) and one before the POST, each at its longest.
+    expect(parts.cancelReads).toBe(7 * AWS_CALL_MS);
     expect(worstCaseRecordMs(BASE)).toBe(Object.values(parts).reduce((a, b) => a + b, 0));
+  });
+
+  it('counts a cancel read before every in.php the retry budget allows', () => {
+    expect(cancelAsksPerRecord()).toBe(DEFAULT_TIMINGS.submitRetries + 5);
+    expect(worstCaseParts({ ...BASE, timings: { submitRetries: 5 } }).cancelReads).toBe(10 * AWS_CALL_MS);
   });
 
   it('scales the CaptchaAI waits but floors each HTTP timeout at the worker’s real minimum', () => {
@@ -72,8 +81,8 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     expect(worstCaseRecordMs({ ...BASE, timings })).toBeGreaterThan(worstCaseRecordMs(BASE));
   });
 
-  it("fits Lambda's 900 s limit at the defaults (758.75 s), which a 40 s HTTP timeout would not", () => {
-    expect(worstCaseRecordMs(BASE)).toBe(758_750);
+  it("fits Lambda's 900 s limit at the defaults (772.75 s), which a 40 s HTTP timeout would not", () => {
+    expect(worstCaseRecordMs(BASE)).toBe(772_750);
     expect(worstCaseRecordMs({ ...BASE, timings: { httpTimeoutMs: 40_000 } })).toBeGreaterThan(900_000);
   });
 

@@ -92,4 +92,44 @@ describe('chaos checker', () => {
       '1 secret(s) (the key or a token) found in the logs',
     ]);
   });
+
+  it('a cancelled batch: no in.php after the bound, no POST of a record answered after it, no other record cancelled', () => {
+    const e = clean();
+    e.keys = ['a', 'b', 'c'];
+    e.rows.set('c', { status: 'cancelled' });
+    e.captcha = [
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '1', inFlight: 1 }), t: 0 },
+      { ...ev({ kind: 'in.php', record: 'b', taskId: '2', inFlight: 2 }), t: 0 },
+      { ...ev({ kind: 'res.php', record: 'b', taskId: '2', answer: 'OK', inFlight: 2 }), t: 500 },
+      { ...ev({ kind: 'task-end', record: 'b', taskId: '2', state: 'solved', inFlight: 1 }), t: 500 },
+      { ...ev({ kind: 'res.php', record: 'a', taskId: '1', answer: 'OK', inFlight: 1 }), t: 5_000 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '1', state: 'solved', inFlight: 0 }), t: 5_000 },
+    ] as LoggedCaptchaEvent[];
+    e.target = [
+      { ...ev({ kind: 'post', record: 'b', status: 200 }), t: 600 },
+      { ...ev({ kind: 'post', record: 'a', status: 200 }), t: 5_100 },
+    ];
+    // b's answer came before the cancel: posted, as it would have been. a and c: the cancelled batch.
+    e.cancel = { keys: new Set(['b', 'c']), at: 1_000, boundMs: 1_000 };
+    expect(checkChaos(e).violations).toEqual([]);
+    expect(checkChaos(e).figures.cancel).toEqual({
+      records: 2,
+      outcomes: { submitted: 1, cancelled: 1 },
+      inPhpAfter: 0,
+      postsAfter: 0,
+    });
+    // a is in the cancelled batch: its answer after the bound must not be posted.
+    e.cancel = { keys: new Set(['a', 'c']), at: 1_000, boundMs: 1_000 };
+    expect(checkChaos(e).violations).toEqual([
+      "a record of the cancelled batch answered after the cancel's bound was posted: a",
+    ]);
+    // An in.php of the batch well after the bound; a record of another batch cancelled.
+    e.captcha.push({ ...ev({ kind: 'in.php', record: 'c', taskId: '3', inFlight: 1 }), t: 4_000 });
+    e.cancel = { keys: new Set(['c']), at: 1_000, boundMs: 1_000 };
+    e.rows.set('a', { status: 'cancelled' });
+    expect(checkChaos(e).violations).toEqual([
+      "in.php of the cancelled batch after the cancel's bound: c (3000 ms after the cancel)",
+      'records of another batch ended cancelled: a',
+    ]);
+  });
 });

@@ -45,6 +45,7 @@ describe('chaos plan', () => {
         queueLeft: 0,
         lostAnswers: { html502: 1 },
         resPhpPerTask: { tasks: 3, mean: 2.5, max: 4 },
+        cancel: { records: 1, outcomes: { cancelled: 1 }, inPhpAfter: 0, postsAfter: 0 },
       },
       faults: {
         lostHtml502: 1,
@@ -61,6 +62,14 @@ describe('chaos plan', () => {
         resumes: 1,
         redriven: 2,
         poisonedItems: 3,
+        cancels: 1,
+        cancelReadsFailed: 7,
+        cancelReads: 30,
+        dnsServfails: 9,
+        dnsOutages: 2,
+        dlqSendsFailed: 1,
+        dlqSends: 4,
+        dlqWithoutReason: 0,
       },
       violations: ['more than one form POST: a ×2'],
       elapsedS: 3,
@@ -71,6 +80,10 @@ describe('chaos plan', () => {
       'failed writes after a timeout 12; state reads throttled 5; key rotations 1 (pauses resumed 1, DLQ redriven 2); poisoned SolveTimes items 3',
     );
     expect(text).toContain('res.php        per task: mean 2.5, max 4 (3 tasks)');
+    expect(text).toContain(
+      'batch cancels 1; cancel reads failed 7 of 30; DNS SERVFAIL answers 9 (2 outages); DLQ sends failed 1 of 4; DLQ messages without a reason 0',
+    );
+    expect(text).toContain('cancelled      batch of 1: cancelled: 1; after the cancel: in.php 0, POSTs 0');
     expect(text).toContain('records by in.php count: 1: 1, 2: 1');
     expect(text).toContain('runtime kills 1');
     expect(text).toContain('VIOLATIONS\n  - more than one form POST: a ×2');
