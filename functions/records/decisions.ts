@@ -231,6 +231,9 @@ export interface CrashContext {
   row?: OutcomeRow;
   /** The row could not be read (the crash's own cause, e.g. an unanswering table, may persist). */
   rowUnknown?: boolean;
+  /** Epoch ms now, and the configured retry delay (ms): a retry without a claim backs off from them. */
+  now: number;
+  retryDelayMs: number;
 }
 
 /**
@@ -246,9 +249,10 @@ export interface CrashContext {
  *   POST: nothing to protect; kept, the redelivery would meet it and wait out the whole lease); on
  *   the last receive `failed` INTERNAL_ERROR.
  * - no claim of ours (it crashed before claiming, the claim did not land, another owner's lease,
- *   or the row could not be read): below the limit retry, not before another owner's lease ends;
- *   on the last receive a DLQ copy with the reason INTERNAL_ERROR, so SQS never moves the message
- *   without one.
+ *   or the row could not be read): below the limit retry, not before another owner's lease ends,
+ *   and not before the retry delay doubled per receive so far (a table that does not answer is
+ *   given time to come back instead of each receive being spent the same way); on the last
+ *   receive a DLQ copy with the reason INTERNAL_ERROR, so SQS never moves the message without one.
  */
 export function decideCrash(c: CrashContext): RecordDecision {
   const last = c.receiveCount >= c.transientReceiveLimit;
@@ -271,12 +275,13 @@ export function decideCrash(c: CrashContext): RecordDecision {
       : { action: 'retry', release: true, reason: REASON.INTERNAL_ERROR };
   }
   if (last) return { action: 'dlq', errorCode: REASON.INTERNAL_ERROR, reason: crashReason(c) };
-  const leased = row?.status === 'in_progress' && (row.lease_expires_at ?? 0) > 0;
+  const backoff = c.now + c.retryDelayMs * 2 ** c.receiveCount;
+  const leased = row?.status === 'in_progress' ? (row.lease_expires_at ?? 0) : 0;
   return {
     action: 'retry',
     release: false,
     reason: REASON.INTERNAL_ERROR,
-    ...(leased ? { notBefore: row.lease_expires_at } : {}),
+    notBefore: Math.max(backoff, leased),
   };
 }
 

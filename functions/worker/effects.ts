@@ -103,6 +103,8 @@ export async function applyCrash(err: unknown, c: ApplyContext): Promise<RecordR
     ...(c.owner === undefined ? {} : { owner: c.owner }),
     ...(row === undefined ? {} : { row }),
     rowUnknown,
+    now: deps.now(),
+    retryDelayMs: deps.config.retryDelaySeconds * 1000,
   });
   try {
     return await carryOut(decision, c);

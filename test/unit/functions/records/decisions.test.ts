@@ -188,7 +188,13 @@ describe('decideCrash: the record handling itself threw; the row read after it d
     lease_expires_at: lease,
     ...extra,
   });
-  const first = { receiveCount: 1, transientReceiveLimit: 3, owner: 'me' };
+  const first = {
+    receiveCount: 1,
+    transientReceiveLimit: 3,
+    owner: 'me',
+    now: 1_000_000,
+    retryDelayMs: 30_000,
+  };
   const last = { ...first, receiveCount: 3 };
   it.each<[string, Parameters<typeof decideCrash>[0], RecordDecision]>([
     [
@@ -217,9 +223,9 @@ describe('decideCrash: the record handling itself threw; the row read after it d
       { action: 'retry', release: false, reason: 'INTERNAL_ERROR', notBefore: lease },
     ],
     [
-      'a row that could not be read is retried as it stands',
-      { ...first, rowUnknown: true },
-      { action: 'retry', release: false, reason: 'INTERNAL_ERROR' },
+      'a row that could not be read: retried after the retry delay doubled per receive so far',
+      { ...first, receiveCount: 2, rowUnknown: true },
+      { action: 'retry', release: false, reason: 'INTERNAL_ERROR', notBefore: 1_000_000 + 4 * 30_000 },
     ],
     [
       'on the last receive our claim ends failed INTERNAL_ERROR',
