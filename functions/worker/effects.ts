@@ -66,7 +66,7 @@ export async function applyDecision(decision: RecordDecision, c: ApplyContext): 
   try {
     return await carryOut(decision, c);
   } catch (err) {
-    return applyCrash(err, c);
+    return applyCrash(err, c, decision);
   }
 }
 
@@ -82,7 +82,12 @@ function receiveCountOf(record: SQSRecord): number {
  * on the last allowed receive, a DLQ copy carries the reason; only when that also fails on every
  * try is the message left to SQS, and the log says so. Never throws.
  */
-export async function applyCrash(err: unknown, c: ApplyContext): Promise<RecordResult> {
+export async function applyCrash(
+  err: unknown,
+  c: ApplyContext,
+  /** The decision whose effect threw, if one did. */
+  intended?: RecordDecision,
+): Promise<RecordResult> {
   const { deps, log, record } = c;
   const receiveCount = receiveCountOf(record);
   const last = receiveCount >= deps.config.transientReceiveLimit;
@@ -97,7 +102,7 @@ export async function applyCrash(err: unknown, c: ApplyContext): Promise<RecordR
       log.warn('could not read the row after the failure', errorSummary(readErr));
     }
   }
-  const decision = decideCrash({
+  const crash = decideCrash({
     receiveCount,
     transientReceiveLimit: deps.config.transientReceiveLimit,
     ...(c.owner === undefined ? {} : { owner: c.owner }),
@@ -106,6 +111,14 @@ export async function applyCrash(err: unknown, c: ApplyContext): Promise<RecordR
     now: deps.now(),
     retryDelayMs: deps.config.retryDelaySeconds * 1000,
   });
+  // Ending the record after a final write that threw: with that write's own outcome and reason
+  // (its cool-down, if any, was held already), not a generic INTERNAL_ERROR.
+  const decision =
+    crash.action === 'fail' &&
+    crash.reason === REASON.INTERNAL_ERROR &&
+    (intended?.action === 'fail' || intended?.action === 'cancel')
+      ? { ...intended, ...(intended.action === 'fail' ? { cooldownMs: 0 } : {}) }
+      : crash;
   try {
     return await carryOut(decision, c);
   } catch (again) {
@@ -117,7 +130,10 @@ export async function applyCrash(err: unknown, c: ApplyContext): Promise<RecordR
   if (last && decision.action !== 'dlq') {
     try {
       await sendToDlq(deps, record, log, {
-        error_code: REASON.INTERNAL_ERROR,
+        error_code:
+          decision.action === 'fail' || decision.action === 'cancel'
+            ? decision.reason
+            : REASON.INTERNAL_ERROR,
         reason: `the record's handling failed on its last allowed receive (${receiveCount}) and so did its final write`,
         ...(c.recordKey ? { record_key: c.recordKey } : {}),
       });

@@ -509,6 +509,28 @@ describe('a record whose own handling fails, on the wire', () => {
     expect(inPhpTimes(key)).toEqual([]);
   }, 30_000);
 
+  it('a `failed` write that fails on every try on the last allowed receive: a DLQ copy carries the failure’s own reason, the queue empty', async () => {
+    // Prepare: every task answers UNSOLVABLE (the resubmission too); every `failed` write fails.
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '1' });
+    const { key, event } = await received(s, 'fail-last');
+    captcha.setFaults({ unsolvable: 1 });
+    await addAwsFaults(moto.endpoint, [
+      {
+        operation: 'UpdateItem',
+        key: { record_key: key },
+        contains: ['#status = :status', '"S":"failed"'],
+        times: 0,
+      },
+    ]);
+    // Act
+    const out = await deliver(s, event);
+    // Assess
+    expect(out.batchItemFailures).toEqual([]);
+    expect(await dlqCopies(s, 1)).toEqual([{ error_code: 'ERROR_CAPTCHA_UNSOLVABLE', record_key: key }]);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+    expect((await s.store.get(key))?.status).toBe('in_progress');
+  }, 30_000);
+
   it.each([
     [
       'the first DLQ copy fails: its second try lands; the row is stopped',
