@@ -5,7 +5,7 @@ import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
 import { Construct } from 'constructs';
 import type { CaptchaType } from '../functions/captchaai/types.js';
-import { CANCEL_KEY_PREFIX } from '../functions/records/cancellations.js';
+import { CANCEL_ITEM_ATTRIBUTES, CANCEL_KEY_PREFIX } from '../functions/records/cancellations.js';
 import type { FormExpectation } from '../functions/records/form-verdict.js';
 import { BATCH_INDEX_NAME } from '../functions/records/store.js';
 import { resolveConfig, type ThreadgateConfig } from './config.js';
@@ -399,8 +399,11 @@ export class Threadgate extends Construct {
   /**
    * Cancel batches (`threadgate cancel`, the Python package's `cancel()`): `dynamodb:PutItem` and
    * `dynamodb:GetItem` on the outcomes table, only on the cancel items of batches whose id starts
-   * with `batchIdPrefix` (an IAM condition on `dynamodb:LeadingKeys`), so a producer's role can
-   * cancel its own batches and touch nothing else: no outcome row, no pause, no DLQ.
+   * with `batchIdPrefix` (an IAM condition on `dynamodb:LeadingKeys`), and only the cancel item's
+   * own attributes (`dynamodb:Attributes`: its key, `cancelled_batch`, `cancelled_at`,
+   * `cancelled_by`, `cancel_reason`; no `ReturnValues` that would return others), so a producer's
+   * role can cancel its own batches and touch nothing else: no outcome row, no `status` or
+   * `batch_id` on a cancel item (which would put it in a batch's index), no pause, no DLQ.
    * Valid range: any string; `''` is every batch.
    * @default '' (every batch)
    */
@@ -411,6 +414,10 @@ export class Threadgate extends Construct {
       resourceArns: [this.outcomesTable.tableArn],
       conditions: {
         'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': [`${CANCEL_KEY_PREFIX}${batchIdPrefix}*`] },
+        // Attribute-level access as AWS documents it: the attributes named, and no Select or
+        // ReturnValues that would read or return others.
+        'ForAllValues:StringEquals': { 'dynamodb:Attributes': [...CANCEL_ITEM_ATTRIBUTES] },
+        StringEqualsIfExists: { 'dynamodb:Select': 'SPECIFIC_ATTRIBUTES', 'dynamodb:ReturnValues': 'NONE' },
       },
     });
   }

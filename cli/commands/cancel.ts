@@ -90,7 +90,7 @@ export function registerCancel(program: Command): void {
 }
 
 /** The bound at the deployed worker's time scale (1 when it cannot be read). */
-async function propagationBoundSeconds(aws: AwsContext, stack: ThreadgateStack): Promise<number> {
+export async function propagationBoundSeconds(aws: AwsContext, stack: ThreadgateStack): Promise<number> {
   let timeScale = 1;
   try {
     const env = await workerEnvironment(aws, stack);

@@ -4,6 +4,7 @@ import type { PipelineState } from '../../functions/pipeline/control.js';
 import { type BatchCancel, BatchCancels } from '../../functions/records/cancellations.js';
 import { ENDED_STATUSES } from '../../functions/records/fields.js';
 import { type OutcomeRow, OutcomesStore } from '../../functions/records/store.js';
+import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
 import { readCountsFile } from '../batch-counts.js';
 import { type DlqHit, type DlqRead, dlqReader, NO_DLQ_MESSAGES } from '../dlq-read.js';
 import { CliError, EXIT } from '../exit-codes.js';
@@ -18,6 +19,7 @@ import {
   type StackOptions,
   withStack,
 } from '../stack.js';
+import { propagationBoundSeconds } from './cancel.js';
 import { queueCounts } from './status.js';
 
 /**
@@ -83,6 +85,12 @@ export interface WaitDeps {
 
 export interface WaitOptions {
   selection: Selection;
+  /**
+   * The cancel's propagation bound (ms): until cancelledAt + this, a worker may still act on a
+   * stale "not cancelled" and POST a record of the batch (functions/worker/cancel-watch.ts), so a
+   * cancelled batch's wait does not end before it. @default cancelRefreshMs(1), 10 s
+   */
+  cancelBoundMs?: number;
   /** Records expected: the batch's count, or the number of keys. */
   expected: number;
   intervalMs: number;
@@ -223,7 +231,11 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
   const what = describeSelection(o.selection);
   let dlq: DlqRead = NO_DLQ_MESSAGES;
   let idleLooks = 0;
+  const cancelBoundMs = o.cancelBoundMs ?? cancelRefreshMs(1);
   for (;;) {
+    // When this look started: a look that started after cancelledAt + the bound sees every record
+    // a worker could still have been working on.
+    const lookedAt = deps.now();
     const look = await deps.look();
     idleLooks = look.queueIdle ? idleLooks + 1 : 0;
     // The DLQ is read only when the queue is idle: before that a missing record may still be on its way.
@@ -259,9 +271,11 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
               : '';
       return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
     }
-    // A cancelled batch ends the wait once none of its records is being worked on: what is still
-    // queued ends `cancelled` without a task, so there is nothing left worth waiting for.
-    if (look.cancel && t.open === 0) {
+    // A cancelled batch ends the wait once none of its records is being worked on, on a look that
+    // started after the cancel's bound: before it a worker with a stale cache may still claim and
+    // POST a record (and the batch index may lag). What is still queued then ends `cancelled`
+    // without a task, so there is nothing left worth waiting for.
+    if (look.cancel && t.open === 0 && lookedAt >= Date.parse(look.cancel.cancelledAt) + cancelBoundMs) {
       return report(
         'cancelled',
         EXIT.cancelled,
@@ -280,7 +294,8 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       );
     }
     // Two idle looks in a row: the index is eventually consistent, so one more look settles it.
-    if (idleLooks >= 2) {
+    // (A cancelled batch with nothing in progress waits for its bound instead, then ends above.)
+    if (idleLooks >= 2 && !(look.cancel && t.open === 0)) {
       return report('missing', EXIT.badTask, missingText(what, o, t, look.rows.length, dlq));
     }
     if (o.timeoutMs !== undefined && deps.now() - started >= o.timeoutMs) {
@@ -332,7 +347,8 @@ export function registerWait(program: Command): void {
         'FORM_UNCONFIRMED), were rejected or are in the DLQ, or records are missing\n' +
         '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
         'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout;\n' +
-        '5 the batch was cancelled (`threadgate cancel`): ends once none of its records is in progress.\n' +
+        '5 the batch was cancelled (`threadgate cancel`): ends once none of its records is in progress\n' +
+        "and the cancel's bound (10 s × the time scale, at least 1 s) has passed since it was made.\n" +
         'Never "done" while a record it waits for is in_progress. The DLQ is read, never consumed or hidden.\n',
     )
     .action(async (options: WaitCliOptions) => {
@@ -354,6 +370,9 @@ export function registerWait(program: Command): void {
         });
         const queueUrl = output(stack, 'QueueUrl');
         const dlqUrl = output(stack, 'DlqUrl');
+        // The deployed worker's bound (its time scale); only a cancelled batch's wait uses it.
+        const cancelBoundMs =
+          selection.kind === 'batch' ? (await propagationBoundSeconds(aws, stack)) * 1000 : undefined;
         const progress = new Progress({
           label: `wait ${describeSelection(selection)}`,
           unit: 'records',
@@ -378,7 +397,13 @@ export function registerWait(program: Command): void {
               progress.update(r.ended);
             },
           },
-          { selection, expected, intervalMs, timeoutMs },
+          {
+            selection,
+            expected,
+            intervalMs,
+            timeoutMs,
+            ...(cancelBoundMs === undefined ? {} : { cancelBoundMs }),
+          },
         );
         progress.setDetail(countsText(report.counts));
         progress.update(report.ended);

@@ -48,6 +48,12 @@ const ATTR = {
   by: 'cancelled_by',
 } as const;
 
+/**
+ * Every attribute a cancellation item may hold, its key included: Threadgate.grantCancelBatches
+ * allows writing and reading these and no other (an IAM condition on `dynamodb:Attributes`).
+ */
+export const CANCEL_ITEM_ATTRIBUTES: readonly string[] = ['record_key', ...Object.values(ATTR)];
+
 /** Reads a cancellation from its item (a scan's plain item or a GetItem's typed one). */
 export function cancelFrom(item: Record<string, unknown> | undefined): BatchCancel | undefined {
   if (!item || !isCancelKey(plain(item.record_key))) return undefined;
@@ -160,6 +166,8 @@ export class BatchCancels {
         TableName: this.options.tableName,
         Key: { record_key: { S: cancelKeyOf(batchId) } },
         ConsistentRead: true,
+        // Named, not all: a role granted only these attributes (grantCancelBatches) may read them.
+        ProjectionExpression: CANCEL_ITEM_ATTRIBUTES.join(', '),
       }),
     );
     return cancelFrom(out.Item);

@@ -58,8 +58,11 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * marker, a status or a redirect it does not accept → `failed` FORM_REJECTED; a success marker
  * (or the redirect) it requires and does not find → `failed` FORM_UNCONFIRMED; `rule` names
  * the check. Final, never retried: the POST was made (at most one per record).
- * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, DLQ,
- * delete): retry INTERNAL_ERROR, lease kept.
+ * decideCrash — the record's own handling threw (an AWS call outside the mapping: claim, final
+ * write, release, DLQ, delete): the row read after the crash decides (see decideCrash): a claim
+ * without markers is released, one with a task marker kept until its lease ends, one with a
+ * posting marker ends OUTCOME_UNKNOWN; on the last allowed receive the record ends `failed`
+ * INTERNAL_ERROR, or without a claim of its own a DLQ copy carries the reason.
  * decidePriorPhase — a claim took a row an earlier claim left behind: its `posting_at` without a
  * final status → `failed` OUTCOME_UNKNOWN, never posted again; its task before the deadline →
  * resume it (poll, no submit); after the deadline but within the cool-down → hold the slot until
@@ -250,9 +253,79 @@ export function decideTargetResponse(
   return { status: 'submitted', reason: REASON.OK };
 }
 
-/** The record's handling itself threw (claim, DLQ or delete call): retry it later, lease kept. */
-export function decideCrash(): RecordDecision {
-  return { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR };
+/** What decideCrash knows about a record whose handling threw. */
+export interface CrashContext {
+  /** The message's ApproximateReceiveCount (this delivery included). */
+  receiveCount: number;
+  /** At this many receives the record is ended rather than retried (DecisionContext). */
+  transientReceiveLimit: number;
+  /** The owner of the claim this handling made or tried to make; unset: it crashed before claiming. */
+  owner?: string;
+  /** The record's row as read after the crash (consistent read); unset: no row, or not read. */
+  row?: OutcomeRow;
+  /** The row could not be read (the crash's own cause, e.g. an unanswering table, may persist). */
+  rowUnknown?: boolean;
+  /** Epoch ms now, and the configured retry delay (ms): a retry without a claim backs off from them. */
+  now: number;
+  retryDelayMs: number;
+}
+
+/**
+ * The record's own handling threw (an AWS call outside the mapping: the claim, a final write, a
+ * release, the DLQ copy, a delete): what its claim holds decides, as the row tells after the crash.
+ * - a final row: drop (the write landed, its answer was lost).
+ * - our claim with a posting marker: `failed` OUTCOME_UNKNOWN now (what the next claim would write,
+ *   a whole lease later).
+ * - our claim with a task marker: below the receive limit retry, lease and marker kept (the task
+ *   may still hold a thread), not before the lease ends: an earlier redelivery would only meet it
+ *   and spend a receive; on the last receive `failed` INTERNAL_ERROR.
+ * - our claim without markers: below the receive limit retry with the claim released (no task, no
+ *   POST: nothing to protect; kept, the redelivery would meet it and wait out the whole lease); on
+ *   the last receive `failed` INTERNAL_ERROR.
+ * - no claim of ours (it crashed before claiming, the claim did not land, another owner's lease,
+ *   or the row could not be read): below the limit retry, not before another owner's lease ends,
+ *   and not before the retry delay doubled per receive so far (a table that does not answer is
+ *   given time to come back instead of each receive being spent the same way); on the last
+ *   receive a DLQ copy with the reason INTERNAL_ERROR, so SQS never moves the message without one.
+ */
+export function decideCrash(c: CrashContext): RecordDecision {
+  const last = c.receiveCount >= c.transientReceiveLimit;
+  const row = c.row;
+  if (row && isFinalStatus(row.status)) return { action: 'drop', reason: REASON.ALREADY_FINISHED };
+  const ours =
+    c.owner !== undefined &&
+    row?.status === 'in_progress' &&
+    row.lease_owner === c.owner &&
+    (row.lease_expires_at ?? 0) > 0;
+  if (ours && row.posting_at !== undefined) return { action: 'fail', reason: REASON.OUTCOME_UNKNOWN };
+  if (ours && row.task_id !== undefined) {
+    return last
+      ? { action: 'fail', reason: REASON.INTERNAL_ERROR }
+      : { action: 'retry', release: false, reason: REASON.INTERNAL_ERROR, notBefore: row.lease_expires_at };
+  }
+  if (ours) {
+    return last
+      ? { action: 'fail', reason: REASON.INTERNAL_ERROR }
+      : { action: 'retry', release: true, reason: REASON.INTERNAL_ERROR };
+  }
+  if (last) return { action: 'dlq', errorCode: REASON.INTERNAL_ERROR, reason: crashReason(c) };
+  const backoff = c.now + c.retryDelayMs * 2 ** c.receiveCount;
+  const leased = row?.status === 'in_progress' ? (row.lease_expires_at ?? 0) : 0;
+  return {
+    action: 'retry',
+    release: false,
+    reason: REASON.INTERNAL_ERROR,
+    notBefore: Math.max(backoff, leased),
+  };
+}
+
+function crashReason(c: CrashContext): string {
+  const why = c.rowUnknown
+    ? 'its row could not be read'
+    : c.row
+      ? `its row is ${c.row.status}${c.row.lease_owner && c.row.lease_owner !== c.owner ? ' under another claim' : ''}`
+      : 'it has no row';
+  return `the record's handling failed on its last allowed receive (${c.receiveCount}) and ${why}`;
 }
 
 /** What a claim must do about the phase markers an earlier claim of the record left on its row. */

@@ -1,9 +1,9 @@
 import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { PipelineState } from '../pipeline/control.js';
-import { decideCrash, REASON } from '../records/decisions.js';
+import { REASON } from '../records/decisions.js';
 import { deleteReceived, receiveNext } from './chain.js';
-import { applyDecision } from './effects.js';
+import { applyCrash } from './effects.js';
 import { processRecord } from './record-flow.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
@@ -306,7 +306,7 @@ async function receiveSafely(deps: WorkerDeps): Promise<SQSRecord | undefined> {
   }
 }
 
-/** One record to its result; a crash outside the mapping (claim, DLQ, delete) is retried later. */
+/** One record to its result; a crash outside the mapping goes to applyCrash (./effects.ts). */
 async function workSafely(
   record: SQSRecord,
   deps: WorkerDeps,
@@ -319,7 +319,7 @@ async function workSafely(
       messageId: record.messageId,
       ...errorSummary(err),
     });
-    return applyDecision(decideCrash(), { record, deps, log: deps.logger });
+    return applyCrash(err, { record, deps, log: deps.logger });
   }
 }
 

@@ -33,7 +33,7 @@ import {
 import type { ClaimResult, WriteResult } from '../records/store.js';
 import { checkTargetUrl } from '../target/allowlist.js';
 import { TargetSession } from '../target/session.js';
-import { applyDecision, finished } from './effects.js';
+import { applyCrash, applyDecision, finished } from './effects.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
 /**
@@ -130,14 +130,20 @@ export async function processRecord(
   }
 
   const owner = deps.newOwner?.() ?? randomUUID();
-  const claim = await timing.time('claim_ms', () =>
-    store.claim(job.record_key, {
-      owner,
-      leaseMs: config.leaseMs,
-      captchaType,
-      ...(job.batch_id === undefined ? {} : { batchId: job.batch_id }),
-    }),
-  );
+  let claim: ClaimResult;
+  try {
+    claim = await timing.time('claim_ms', () =>
+      store.claim(job.record_key, {
+        owner,
+        leaseMs: config.leaseMs,
+        captchaType,
+        ...(job.batch_id === undefined ? {} : { batchId: job.batch_id }),
+      }),
+    );
+  } catch (err) {
+    // Every try threw, and one may have landed: the row tells (decideCrash, ./effects.ts applyCrash).
+    return applyCrash(err, { record, deps, log, owner, recordKey: job.record_key });
+  }
   if (!claim.claimed) {
     const conflict = deps.metrics.singleMetric();
     conflict.addDimension('reason', claim.why);

@@ -7,7 +7,7 @@ import {
   PAUSE_TRIES,
   pauseBackoffTotalMs,
 } from '../pipeline/control.js';
-import { WRITE_TRIES, writeBackoffTotalMs } from '../records/store.js';
+import { WRITE_TRIES, writeBackoffMs, writeBackoffTotalMs } from '../records/store.js';
 import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from './config.js';
 
 /**
@@ -30,7 +30,7 @@ export const AWS_CALL_MS = awsCallMs();
 const MARKER_WRITES = 3;
 /**
  * The stop path: PAUSE_TRIES tries of the pause and the waits between them, then the DLQ copy and
- * the delete. The mapping's UUID is looked up once (ListEventSourceMappings, cached once it
+ * the delete, STOP_SQS_TRIES tries each. The mapping's UUID is looked up once (ListEventSourceMappings, cached once it
  * answered). Each try: the mapping update, answered ResourceInUse up to MAPPING_UPDATE_TRIES - 1
  * times (an answer, one attempt each, no SDK retry) with its waits, then its last call; the
  * state write. The waits follow the time scale (awsWaitMs, floored); the calls do not.
@@ -42,8 +42,18 @@ export function stopPathMs(timeScale = 1): number {
     mappingWaits += mappingUpdateWaitMs(attempt, timeScale);
   }
   const perTry = (MAPPING_UPDATE_TRIES - 1) * AWS_REQUEST_TIMEOUT_MS + mappingWaits + 2 * call;
-  return call + PAUSE_TRIES * perTry + pauseBackoffTotalMs(timeScale) + 2 * call;
+  let sqsWaits = 0;
+  for (let attempt = 1; attempt < STOP_SQS_TRIES; attempt++) sqsWaits += writeBackoffMs(attempt, timeScale);
+  return (
+    call + PAUSE_TRIES * perTry + pauseBackoffTotalMs(timeScale) + 2 * (STOP_SQS_TRIES * call + sqsWaits)
+  );
 }
+/**
+ * Tries of each SQS call of the stop path (the DLQ copy, the delete: ./effects.ts), with the
+ * outcome store's back-off between them. Three, so the stop path stays within the default
+ * ending (the target timeout plus the cool-down).
+ */
+export const STOP_SQS_TRIES = 3;
 /** The stop path at time scale 1 (AWS). */
 export const STOP_PATH_MS = stopPathMs();
 

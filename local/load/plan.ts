@@ -13,7 +13,8 @@ export interface LoadPlan {
   messages: number;
 }
 
-function keyOf(body: string): string {
+/** A generated message body's record key. */
+export function keyOf(body: string): string {
   return (JSON.parse(body) as { record_key: string }).record_key;
 }
 

@@ -212,6 +212,38 @@ class CancelRules(unittest.TestCase):
         self.assertEqual((result.end, result.exit_code, result.ended), ("cancelled", tg.EXIT_CANCELLED, 1))
         self.assertEqual(result.cancel["batch_id"], "b")
 
+    def test_a_cancelled_batch_is_not_ended_before_cancelled_at_plus_the_bound(self):
+        # cancelled at 12:00:00; the wait starts 1 s later with nothing in progress; a worker whose
+        # cache still said "not cancelled" claims the other record at +3 s and posts it at +5 s.
+        at = tg.outcomes._epoch_s("2026-12-03T12:00:00.000Z")
+        clock = {"t": at + 1}
+        cancel = {"record_key": {"S": "cancelled batch b"}, "cancelled_batch": {"S": "b"},
+                  "cancelled_at": {"S": "2026-12-03T12:00:00.000Z"}, "cancelled_by": {"S": "operator"}}
+
+        def rows_now():
+            late = [] if clock["t"] < at + 3 else [
+                {"record_key": {"S": "z"}, "status": {"S": "in_progress" if clock["t"] < at + 5 else "submitted"}}]
+            return [{"record_key": {"S": "a"}, "status": {"S": "cancelled"}}] + late
+        looks = []
+
+        class D:
+            def query(self, **kw):
+                looks.append(clock["t"])
+                return {"Items": rows_now()}
+
+            def get_item(self, **kw):
+                assert kw["ProjectionExpression"].split(", ") == list(tg.outcomes.CANCEL_ITEM_ATTRIBUTES), kw
+                return {"Item": cancel}
+
+        def sleep(s):
+            clock["t"] += s
+        result = tg.wait("t", "b", expect=3, dynamodb=D(), sleep=sleep, clock=lambda: clock["t"],
+                         now=lambda: clock["t"])
+        self.assertEqual((result.end, result.exit_code), ("cancelled", tg.EXIT_CANCELLED))
+        self.assertEqual(result.counts, {"cancelled": 1, "submitted": 1})
+        self.assertGreaterEqual(looks[-1], at + tg.outcomes.CANCEL_BOUND_S)
+        self.assertTrue(all(t < at + tg.outcomes.CANCEL_BOUND_S for t in looks[:-1]))
+
     def test_cancel_writes_one_conditional_item_and_refuses_a_bad_batch_id(self):
         d = self.fake(None, [])
         out = tg.cancel("t", "b", "wrong URL", dynamodb=d)

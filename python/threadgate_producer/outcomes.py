@@ -13,8 +13,13 @@ ENDED = ("submitted", "failed", "rejected", "cancelled", "stopped")
 EXIT_OK, EXIT_BAD_TASK, EXIT_STOP, EXIT_TRANSIENT = 0, 2, 3, 4
 #: `threadgate wait`'s exit code for a cancelled batch (`threadgate cancel`, cancel() below).
 EXIT_CANCELLED = 5
+#: A cancel's propagation bound at time scale 1, seconds (functions/worker/cancel-watch.ts): until
+#: cancelled_at + this, a worker may still act on a stale "not cancelled" and post a record.
+CANCEL_BOUND_S = 10
 #: The outcomes-table key of a batch's cancel (functions/records/cancellations.ts): never a record key.
 CANCEL_KEY_PREFIX = "cancelled batch "
+#: Every attribute a cancel item holds (functions/records/cancellations.ts CANCEL_ITEM_ATTRIBUTES).
+CANCEL_ITEM_ATTRIBUTES = ("record_key", "cancelled_batch", "cancel_reason", "cancelled_at", "cancelled_by")
 #: Reasons of `failed` rows the form itself refused by the job's `expect` block; the row's
 #: `expect_rule` names the check (e.g. "body_excludes[0]"). They count as failed (exit 2).
 FORM_REFUSALS = ("FORM_REJECTED", "FORM_UNCONFIRMED")
@@ -155,6 +160,8 @@ def cancelled(table_name: str, batch_id: str, *, dynamodb=None) -> Optional[dict
     """The batch's cancel ({batch_id, cancelled_at, by, reason?}), or None when it is not cancelled."""
     item = _client("dynamodb", dynamodb).get_item(
         TableName=table_name, Key={"record_key": {"S": CANCEL_KEY_PREFIX + batch_id}}, ConsistentRead=True,
+        # Named, not all: a role granted only the cancel item's attributes (grantCancelBatches) may read them.
+        ProjectionExpression=", ".join(CANCEL_ITEM_ATTRIBUTES),
     ).get("Item")
     return _cancel_of(item)
 
@@ -192,9 +199,16 @@ def _paused(ssm, parameter):
     return state if state.get("paused") else None
 
 
+def _epoch_s(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
 def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600, dynamodb=None,
          interval_s: float = 2, state_parameter: Optional[str] = None, ssm=None,
-         sleep=time.sleep, now=time.monotonic) -> WaitResult:
+         cancel_bound_s: float = CANCEL_BOUND_S, sleep=time.sleep, now=time.monotonic,
+         clock=time.time) -> WaitResult:
     """Polls the batch's rows until it is done, the pipeline is paused, or `timeout_s` passes.
 
     As `threadgate wait` decides: more rows under the batch than `expect` end it at once
@@ -203,7 +217,10 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     paused on a stop-class error), 5 if one was cancelled, 2 if one failed (the form's own refusals
     FORM_REJECTED and FORM_UNCONFIRMED included: `form_refused` counts them) or was rejected, else 0;
     4 on timeout. A cancelled batch (cancel()) ends the wait with 5 ("cancelled") once none of its
-    records is in progress: its messages still queued end `cancelled` without a task. With `state_parameter` (stack output PipelineStateParameter) a paused
+    records is in progress on a look made after cancelled_at + `cancel_bound_s` (the deployment's
+    bound: 10 s x its time scale, at least 1 s; before it a worker may still post a record of the
+    batch): its messages still queued end `cancelled` without a task. `clock` is the wall clock
+    (epoch seconds) that bound is read on. With `state_parameter` (stack output PipelineStateParameter) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
     makes it time out. `expect=0` (every record refused, say) is done at once with exit 0 while no
@@ -213,6 +230,9 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
         raise ValueError(f"expect must be a whole number >= 0, got {expect!r}")
     started = now()
     while True:
+        # When this look started: only a look after the cancel's bound sees every record a worker
+        # could still have been working on.
+        looked_at = clock()
         rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
         counts, ended, verdict = tally(rows, expect)
         cancel = cancelled(table_name, batch_id, dynamodb=dynamodb)
@@ -230,7 +250,7 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
             said_no = ", ".join(f"{r} {refused[r]}" for r in FORM_REFUSALS if refused.get(r))
             tail = f"; the form said no: {said_no} (each row's expect_rule names the check)" if said_no else ""
             return result("done", verdict[1], f"batch {batch_id}: all {expect} records ended{tail}")
-        if cancel and counts.get("in_progress", 0) == 0:
+        if cancel and counts.get("in_progress", 0) == 0 and looked_at >= _epoch_s(cancel["cancelled_at"]) + cancel_bound_s:
             return result("cancelled", EXIT_CANCELLED,
                           f"batch {batch_id}: the batch was cancelled at {cancel['cancelled_at']}; {ended} of "
                           f"{expect} records ended, none is in progress")

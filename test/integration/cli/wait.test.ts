@@ -12,8 +12,14 @@ import {
 import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DlqHit, doneExitCode, tally } from '../../../cli/commands/wait.js';
-import { type DlqReaderSqs, readDlq } from '../../../cli/dlq-read.js';
+import {
+  type DlqHit,
+  doneExitCode,
+  tally,
+  type WaitDeps,
+  waitForRecords,
+} from '../../../cli/commands/wait.js';
+import { type DlqReaderSqs, NO_DLQ_MESSAGES, readDlq } from '../../../cli/dlq-read.js';
 import { BatchCancels } from '../../../functions/records/cancellations.js';
 import type { OutcomeRow } from '../../../functions/records/store.js';
 import { type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
@@ -56,6 +62,32 @@ async function putRows(
     }),
   );
   return rows.map((r) => r.record_key);
+}
+
+/** Writes one row as it stands. */
+async function putRow(Item: Record<string, unknown>): Promise<void> {
+  await documents.send(
+    new BatchWriteCommand({ RequestItems: { [stack.outputs.TableName!]: [{ PutRequest: { Item } }] } }),
+  );
+}
+
+/**
+ * A message of the record in flight at a worker (received, invisible for a minute), as on a real
+ * stack while a record is worked; the function returned deletes it, as the worker does once done.
+ */
+async function heldMessage(recordKey: string): Promise<() => Promise<void>> {
+  const QueueUrl = stack.outputs.QueueUrl;
+  await sqs.send(
+    new SendMessageCommand({ QueueUrl, MessageBody: JSON.stringify({ record_key: recordKey }) }),
+  );
+  const held = await sqs.send(
+    new ReceiveMessageCommand({ QueueUrl, VisibilityTimeout: 60, WaitTimeSeconds: 1 }),
+  );
+  return async () => {
+    for (const m of held.Messages ?? []) {
+      await sqs.send(new DeleteMessageCommand({ QueueUrl, ReceiptHandle: m.ReceiptHandle }));
+    }
+  };
 }
 
 async function setPaused(paused: boolean): Promise<void> {
@@ -414,53 +446,27 @@ describe('threadgate wait on a cancelled batch', () => {
     // Prepare: 2 of 4 ended (one cancelled), one still at CaptchaAI, one never reached yet
     const batch = 'cancelled-wait';
     const [, , working] = await putRows(batch, ['submitted', 'cancelled', 'in_progress']);
+    // Cancelled a minute ago: past its bound (10 s here), so only the row in progress holds the wait.
     const cancels = new BatchCancels({
       client: new DynamoDBClient(stack.clientConfig),
       tableName: stack.outputs.TableName!,
+      now: () => Date.now() - 60_000,
     });
     await cancels.cancel(batch, { reason: 'wrong form URL' });
     // The record in progress has its message in flight (a worker holds it), as on a real stack:
     // without one the wait would rightly end at once saying the record is not accounted for.
-    await sqs.send(
-      new SendMessageCommand({
-        QueueUrl: stack.outputs.QueueUrl,
-        MessageBody: JSON.stringify({ record_key: working }),
-      }),
-    );
-    const held = await sqs.send(
-      new ReceiveMessageCommand({
-        QueueUrl: stack.outputs.QueueUrl,
-        VisibilityTimeout: 60,
-        WaitTimeSeconds: 1,
-      }),
-    );
+    const done = await heldMessage(working!);
     // Act: the wait goes on while a row is in progress, and ends once it has ended
     const running = wait(['--batch', batch, '--expect', '4', '--json']);
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    await documents.send(
-      new BatchWriteCommand({
-        RequestItems: {
-          [stack.outputs.TableName!]: [
-            {
-              PutRequest: {
-                Item: {
-                  record_key: working,
-                  batch_id: batch,
-                  status: 'submitted',
-                  reason: 'OK',
-                  updated_at: now,
-                },
-              },
-            },
-          ],
-        },
-      }),
-    );
-    for (const m of held.Messages ?? []) {
-      await sqs.send(
-        new DeleteMessageCommand({ QueueUrl: stack.outputs.QueueUrl, ReceiptHandle: m.ReceiptHandle }),
-      );
-    }
+    await putRow({
+      record_key: working,
+      batch_id: batch,
+      status: 'submitted',
+      reason: 'OK',
+      updated_at: now,
+    });
+    await done();
     const run = await running;
     // Assess
     expect(run.code).toBe(5);
@@ -475,6 +481,69 @@ describe('threadgate wait on a cancelled batch', () => {
     });
     expect(report.message).toContain('the batch was cancelled at');
     expect(report.message).toContain('the other 1 end `cancelled`');
+  });
+
+  it('does not end before cancelledAt + the bound: a record a stale worker claims and posts after the cancel is waited for', async () => {
+    // Prepare: 1 of 2 ended `cancelled`, none in progress, the cancel just made (bound 10 s: the
+    // CLI stack's worker has no TIME_SCALE). The other record's message is in flight at a worker
+    // whose cache still says "not cancelled".
+    const batch = 'cancel-bound';
+    await putRows(batch, ['cancelled']);
+    const late = `${batch}-late`;
+    await new BatchCancels({
+      client: new DynamoDBClient(stack.clientConfig),
+      tableName: stack.outputs.TableName!,
+    }).cancel(batch);
+    const done = await heldMessage(late);
+    // Act: the wait starts; 2 s later the stale worker claims the record, and posts it 2 s after that.
+    const running = wait(['--batch', batch, '--expect', '2', '--json']);
+    const put = (status: string) =>
+      putRow({ record_key: late, batch_id: batch, status, updated_at: new Date().toISOString() });
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    await put('in_progress');
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    await put('submitted');
+    await done();
+    const run = await running;
+    // Assess: the posted record is in the report; the wait did not say "cancelled" with it pending.
+    expect(run.code).toBe(5);
+    const report = JSON.parse(run.stdout);
+    expect([report.end, report.ended, report.pending]).toEqual(['done', 2, 0]);
+    expect(report.counts).toEqual({ cancelled: 1, submitted: 1 });
+  }, 30_000);
+
+  it('ends a cancelled batch with nothing in progress only on a look that started after cancelledAt + the bound, never as missing', async () => {
+    // Prepare: a fake clock; each look takes no time, each sleep moves the clock by the interval.
+    const cancelledAt = 1_000_000;
+    let now = cancelledAt + 500;
+    const looks: number[] = [];
+    const deps: WaitDeps = {
+      look: async () => {
+        looks.push(now);
+        return {
+          rows: [{ record_key: 'a', batch_id: 'b', status: 'cancelled' } as OutcomeRow],
+          pipeline: { paused: false },
+          queueIdle: true,
+          cancel: { batchId: 'b', cancelledAt: new Date(cancelledAt).toISOString() },
+        };
+      },
+      dlq: async () => NO_DLQ_MESSAGES,
+      now: () => now,
+      sleep: async (ms) => {
+        now += ms;
+      },
+    };
+    // Act
+    const report = await waitForRecords(deps, {
+      selection: { kind: 'batch', batchId: 'b' },
+      expected: 3,
+      intervalMs: 2_000,
+      cancelBoundMs: 10_000,
+    });
+    // Assess
+    expect(report).toMatchObject({ end: 'cancelled', exit_code: 5, pending: 2 });
+    expect(looks.at(-1)).toBeGreaterThanOrEqual(cancelledAt + 10_000);
+    expect(looks.slice(0, -1).every((t) => t < cancelledAt + 10_000)).toBe(true);
   });
 
   it('ends a --keys wait whose records all ended, one cancelled, with exit 5', () => {

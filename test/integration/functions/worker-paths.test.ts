@@ -4,7 +4,7 @@ import { DeleteMessageCommand, type Message, SQSClient } from '@aws-sdk/client-s
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { awsClientOptions } from '../../../functions/common/aws-clients.js';
-import { OutcomesStore } from '../../../functions/records/store.js';
+import { OutcomesStore, WRITE_TRIES } from '../../../functions/records/store.js';
 import { processBatch } from '../../../functions/worker/batch-loop.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
@@ -414,4 +414,158 @@ describe('a claim whose answer is lost, on the wire', () => {
     expect(tasksOf(a)).toHaveLength(1);
     expect(target.stats().accepted[new URL(pageurlOf(a)).pathname]).toBe(1);
   }, 30_000);
+});
+
+/**
+ * Issue 43 items 6 and 10: a record whose own handling fails (the claim, the stop path's row or
+ * DLQ copy) does not spend its receives meeting its own lease, and its last allowed receive ends it
+ * with its reason, so SQS never moves a message silently. The worker's clients make one attempt
+ * per call, as the functions' do, so each fault rule fails exactly one try.
+ */
+describe('a record whose own handling fails, on the wire', () => {
+  const ownClients = () => {
+    const options = {
+      endpoint: moto.endpoint,
+      region: MOTO_REGION,
+      credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+      ...awsClientOptions(),
+    };
+    return { ddb: new DynamoDBClient(options), sqs: new SQSClient(options) };
+  };
+  /** An environment with one-attempt clients and no waits between tries. */
+  const environment = (s: Setup) => {
+    const own = ownClients();
+    const store = new OutcomesStore({
+      client: own.ddb,
+      tableName: s.res.tableName,
+      sleep: async () => undefined,
+    });
+    return s.instance({ store, sqs: own.sqs, sleep: async () => undefined });
+  };
+  /** One invocation; a message not reported failed is deleted, as the mapping does. */
+  const deliver = async (s: Setup, messages: Message[]) => {
+    const out = await invoke(s, environment(s), messages);
+    const failed = new Set(out.batchItemFailures.map((f) => f.itemIdentifier));
+    for (const m of messages.filter((m) => !failed.has(m.MessageId!))) {
+      await clients.sqs.send(
+        new DeleteMessageCommand({ QueueUrl: s.res.queueUrl, ReceiptHandle: m.ReceiptHandle }),
+      );
+    }
+    return out;
+  };
+  /** The DLQ's messages by their reason attributes. */
+  const dlqCopies = async (s: Setup, count: number) =>
+    (await receiveAll(clients.sqs, s.res.dlqUrl, count, 0)).map((m) => ({
+      error_code: m.MessageAttributes?.error_code?.StringValue,
+      record_key: m.MessageAttributes?.record_key?.StringValue,
+    }));
+  const posts = (key: string) => target.stats().accepted[new URL(pageurlOf(key)).pathname] ?? 0;
+  /** One record sent and received (visibility 0: a retried message is visible again at once). */
+  const received = async (s: Setup, prefix: string) => {
+    const key = newKey(prefix);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(key)]);
+    return { key, event: await receiveAll(clients.sqs, s.res.queueUrl, 1, 0) };
+  };
+  const claimOf = (key: string) => ({
+    operation: 'UpdateItem',
+    key: { record_key: key },
+    contains: ['attribute_not_exists(record_key)'],
+  });
+
+  afterEach(() => captcha.setKeyRevoked(false));
+
+  it('a claim that failed on every try after landing is released: the redelivery claims at once and works the record on its second receive, one in.php, one POST', async () => {
+    // Prepare: every try of the claim lands at moto and its answer is lost (a 500).
+    const s = await setup({ RETRY_DELAY_SECONDS: '0' });
+    const { key, event } = await received(s, 'claim-crash');
+    await addAwsFaults(moto.endpoint, [{ ...claimOf(key), times: WRITE_TRIES, apply: true }]);
+    // Act: the first environment's invocation fails on the claim; a second takes the redelivery.
+    const crashed = await deliver(s, event);
+    const afterCrash = await s.store.get(key);
+    const redelivered = await receiveAll(clients.sqs, s.res.queueUrl, 1, 0);
+    const worked = await deliver(s, redelivered);
+    // Assess: the landed claim was given up, not kept for its whole lease.
+    expect((await awsFaults(moto.endpoint))[0]).toMatchObject({ failed: WRITE_TRIES });
+    expect(crashed.batchItemFailures).toHaveLength(1);
+    expect(afterCrash).toMatchObject({ status: 'in_progress', lease_expires_at: 0 });
+    expect(redelivered[0]?.Attributes?.ApproximateReceiveCount).toBe('2');
+    expect(worked.batchItemFailures).toEqual([]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
+    expect(inPhpTimes(key)).toHaveLength(1);
+    expect(posts(key)).toBe(1);
+  }, 30_000);
+
+  it('a claim that fails on the last allowed receive ends the record with its reason: a DLQ copy carrying INTERNAL_ERROR, the queue empty', async () => {
+    // Prepare: the first receive is the last allowed one; every claim try fails without landing.
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '1' });
+    const { key, event } = await received(s, 'claim-last');
+    await addAwsFaults(moto.endpoint, [{ ...claimOf(key), times: 0 }]);
+    // Act
+    const out = await deliver(s, event);
+    // Assess
+    expect(out.batchItemFailures).toEqual([]);
+    expect(await dlqCopies(s, 1)).toEqual([{ error_code: 'INTERNAL_ERROR', record_key: key }]);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+    expect(inPhpTimes(key)).toEqual([]);
+  }, 30_000);
+
+  it('a `failed` write that fails on every try on the last allowed receive: a DLQ copy carries the failure’s own reason, the queue empty', async () => {
+    // Prepare: every task answers UNSOLVABLE (the resubmission too); every `failed` write fails.
+    const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '1' });
+    const { key, event } = await received(s, 'fail-last');
+    captcha.setFaults({ unsolvable: 1 });
+    await addAwsFaults(moto.endpoint, [
+      {
+        operation: 'UpdateItem',
+        key: { record_key: key },
+        contains: ['#status = :status', '"S":"failed"'],
+        times: 0,
+      },
+    ]);
+    // Act
+    const out = await deliver(s, event);
+    // Assess
+    expect(out.batchItemFailures).toEqual([]);
+    expect(await dlqCopies(s, 1)).toEqual([{ error_code: 'ERROR_CAPTCHA_UNSOLVABLE', record_key: key }]);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+    expect((await s.store.get(key))?.status).toBe('in_progress');
+  }, 30_000);
+
+  it.each([
+    [
+      'the first DLQ copy fails: its second try lands; the row is stopped',
+      (s: Setup) => ({ operation: 'SendMessage', contains: [s.res.dlqUrl.split('/').pop()!], times: 1 }),
+      'stopped',
+    ],
+    [
+      'the stopped row cannot be written: the DLQ copy carries the reason; the row stays in_progress',
+      (_s: Setup, key: string) => ({
+        operation: 'UpdateItem',
+        key: { record_key: key },
+        contains: ['#status = :status', '"S":"stopped"'],
+        times: 0,
+      }),
+      'in_progress',
+    ],
+  ])(
+    'the stop path on the last allowed receive, when %s; the message leaves the queue',
+    async (_name, fault, rowStatus) => {
+      // Prepare: the key is refused at in.php; every pause fails at moto, so the stop is recorded
+      // on this, the last allowed receive; plus the fault named.
+      const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '1' });
+      const { key, event } = await received(s, 'stop-last');
+      await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }, fault(s, key)]);
+      captcha.setKeyRevoked(true);
+      // Act
+      const out = await deliver(s, event);
+      // Assess: nothing left for SQS to move without a reason.
+      expect((await awsFaults(moto.endpoint))[1]?.failed).toBeGreaterThan(0);
+      expect(out.batchItemFailures).toEqual([]);
+      expect((await s.store.get(key))?.status).toBe(rowStatus);
+      expect(await dlqCopies(s, 1)).toEqual([{ error_code: 'ERROR_KEY_DOES_NOT_EXIST', record_key: key }]);
+      expect(await receive(clients.sqs, s.res.queueUrl, 10, 0)).toEqual([]);
+      expect(inPhpTimes(key)).toHaveLength(1);
+    },
+    30_000,
+  );
 });

@@ -311,7 +311,9 @@ describe('worker against moto and the stand-ins', () => {
     controller.abort(new Error('test: invocation killed'));
     await running;
     const lease = Number((await s.store.get(key))?.lease_expires_at);
-    // Act: the message comes back after the 1 s retry delay, while that lease is live.
+    // Act: a second message of the record (a duplicate) arrives while that lease is live. (The
+    // cut-off invocation's own message waits for its lease too: it is not received here.)
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
     let again: Message | undefined;
     for (const until = Date.now() + 10_000; !again && Date.now() < until; ) {
       [again] = await receive(clients.sqs, s.res.queueUrl, 1);

@@ -1,9 +1,11 @@
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { App, Stack, Validations } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../../functions/common/errors.js';
+import { BatchCancels, CANCEL_ITEM_ATTRIBUTES } from '../../../functions/records/cancellations.js';
 import { resolveConfig } from '../../../infra/config.js';
 import { STACK_OUTPUT_KEYS } from '../../../infra/outputs.js';
 import { VERSION } from '../../../infra/package-root.js';
@@ -184,18 +186,75 @@ describe('Threadgate construct in a consumer stack', () => {
         .filter((r) => r.Type === 'AWS::IAM::Policy' && JSON.stringify(r.Properties.Roles).includes(roleId))
         .flatMap((r) => r.Properties.PolicyDocument?.Statement ?? [])
         .filter((st) => [st.Action].flat().includes('dynamodb:PutItem'));
+    // Only the cancel item's own attributes, as AWS documents attribute-level access: a producer
+    // cannot write `status` or `batch_id` on a cancel item (it would join that batch's index and
+    // end its waits as too_many), nor read or return any other attribute.
+    const attributes = {
+      'ForAllValues:StringEquals': {
+        'dynamodb:Attributes': [
+          'record_key',
+          'cancelled_batch',
+          'cancel_reason',
+          'cancelled_at',
+          'cancelled_by',
+        ],
+      },
+      StringEqualsIfExists: { 'dynamodb:Select': 'SPECIFIC_ATTRIBUTES', 'dynamodb:ReturnValues': 'NONE' },
+    };
     expect(cancelStatements('JobRole')).toEqual([
       expect.objectContaining({
         Action: ['dynamodb:PutItem', 'dynamodb:GetItem'],
-        Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch *'] } },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch *'] },
+          ...attributes,
+        },
       }),
     ]);
     expect(cancelStatements('ProducerRole')).toEqual([
       expect.objectContaining({
-        Condition: { 'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch nightly-*'] } },
+        Condition: {
+          'ForAllValues:StringLike': { 'dynamodb:LeadingKeys': ['cancelled batch nightly-*'] },
+          ...attributes,
+        },
       }),
     ]);
+    const allowed = attributes['ForAllValues:StringEquals']['dynamodb:Attributes'];
+    expect(allowed).not.toContain('status');
+    expect(allowed).not.toContain('batch_id');
     expect(grantsOf(stack, 'ProducerRole').has('ssm:PutParameter')).toBe(false);
+  });
+
+  it('lets `threadgate cancel` work within that grant: its PutItem writes and its GetItem reads only the granted attributes, returning none', async () => {
+    // Prepare: a client that records each request and answers as a table holding the cancel would.
+    const requests: Record<string, unknown>[] = [];
+    const client = {
+      send: async (command: { input: Record<string, unknown>; constructor: { name: string } }) => {
+        requests.push({ command: command.constructor.name, ...command.input });
+        if (command.constructor.name === 'PutItemCommand' && requests.length > 1) {
+          throw Object.assign(new Error('exists'), { name: 'ConditionalCheckFailedException' });
+        }
+        return {
+          Item: {
+            record_key: { S: 'cancelled batch b' },
+            cancelled_batch: { S: 'b' },
+            cancelled_at: { S: 'now' },
+          },
+        };
+      },
+    } as unknown as DynamoDBClient;
+    const cancels = new BatchCancels({ client, tableName: 'T' });
+    // Act: a first cancel, then a second that reads the first back.
+    await cancels.cancel('b', { reason: 'why', by: 'producer' });
+    await cancels.cancel('b');
+    // Assess
+    const [put, , get] = requests as Array<{
+      Item?: object;
+      ProjectionExpression?: string;
+      ReturnValues?: string;
+    }>;
+    expect(Object.keys(put?.Item ?? {}).every((a) => CANCEL_ITEM_ATTRIBUTES.includes(a))).toBe(true);
+    expect(get?.ProjectionExpression?.split(', ').sort()).toEqual([...CANCEL_ITEM_ATTRIBUTES].sort());
+    expect(requests.map((r) => r.ReturnValues)).toEqual([undefined, undefined, undefined]);
   });
 
   it('leaves cdk-nag nothing to report in a consumer stack with default props and a granted role', () => {

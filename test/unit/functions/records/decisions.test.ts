@@ -180,9 +180,70 @@ describe('decideTargetResponse: the form POST answered', () => {
   });
 });
 
-describe('decideCrash: the record handling itself threw', () => {
-  it('retries INTERNAL_ERROR keeping the lease', () => {
-    expect(decideCrash()).toEqual({ action: 'retry', release: false, reason: 'INTERNAL_ERROR' });
+describe('decideCrash: the record handling itself threw; the row read after it decides', () => {
+  const lease = 5_000_000;
+  const claimed = (extra: Partial<OutcomeRow> = {}): OutcomeRow => ({
+    record_key: 'r',
+    status: 'in_progress',
+    lease_owner: 'me',
+    lease_expires_at: lease,
+    ...extra,
+  });
+  const first = {
+    receiveCount: 1,
+    transientReceiveLimit: 3,
+    owner: 'me',
+    now: 1_000_000,
+    retryDelayMs: 30_000,
+  };
+  const last = { ...first, receiveCount: 3 };
+  it.each<[string, Parameters<typeof decideCrash>[0], RecordDecision]>([
+    [
+      'our claim without a task or posting marker is released, so the redelivery claims at once',
+      { ...first, row: claimed() },
+      { action: 'retry', release: true, reason: 'INTERNAL_ERROR' },
+    ],
+    [
+      'our claim with a task marker keeps its lease, and the message comes back when it ends',
+      { ...first, row: claimed({ task_id: 't1', task_submitted_at: 1 }) },
+      { action: 'retry', release: false, reason: 'INTERNAL_ERROR', notBefore: lease },
+    ],
+    [
+      'our claim with a posting marker ends OUTCOME_UNKNOWN now',
+      { ...first, row: claimed({ posting_at: 2 }) },
+      { action: 'fail', reason: 'OUTCOME_UNKNOWN' },
+    ],
+    [
+      'a final row (the write landed, its answer lost) drops the message',
+      { ...first, row: claimed({ status: 'submitted' }) },
+      { action: 'drop', reason: 'ALREADY_FINISHED' },
+    ],
+    [
+      "another owner's lease is waited out",
+      { ...first, row: claimed({ lease_owner: 'other' }) },
+      { action: 'retry', release: false, reason: 'INTERNAL_ERROR', notBefore: lease },
+    ],
+    [
+      'a row that could not be read: retried after the retry delay doubled per receive so far',
+      { ...first, receiveCount: 2, rowUnknown: true },
+      { action: 'retry', release: false, reason: 'INTERNAL_ERROR', notBefore: 1_000_000 + 4 * 30_000 },
+    ],
+    [
+      'on the last receive our claim ends failed INTERNAL_ERROR',
+      { ...last, row: claimed({ task_id: 't1', task_submitted_at: 1 }) },
+      { action: 'fail', reason: 'INTERNAL_ERROR' },
+    ],
+    [
+      'on the last receive without a claim of ours a DLQ copy carries the reason',
+      { ...last, rowUnknown: true },
+      {
+        action: 'dlq',
+        errorCode: 'INTERNAL_ERROR',
+        reason: "the record's handling failed on its last allowed receive (3) and its row could not be read",
+      },
+    ],
+  ])('%s', (_name, crash, decision) => {
+    expect(decideCrash(crash)).toEqual(decision);
   });
 });
 

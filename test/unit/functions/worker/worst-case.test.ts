@@ -65,7 +65,7 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
     // Assess
     expect(parts.aws).toBe(5 * (WRITE_TRIES * call + 3 * 50));
     expect(stopPathMs(0.01)).toBe(
-      call + 3 * (4 * AWS_REQUEST_TIMEOUT_MS + 4 * 50 + 2 * call) + 2 * 50 + 2 * call,
+      call + 3 * (4 * AWS_REQUEST_TIMEOUT_MS + 4 * 50 + 2 * call) + 2 * 50 + 2 * (3 * call + 2 * 50),
     );
     expect(parts.ending).toBe(stopPathMs(0.01));
     expect(stopPathMs(1)).toBe(STOP_PATH_MS);
@@ -93,9 +93,10 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
 
   it('counts the stop path with the mapping lookup and every ResourceInUse retry of each pause try', () => {
     // Prepare: the lookup once; per try 4 ResourceInUse answers (waits 0.5 + 1 + 1.5 + 2 s), the
-    // last update and the state write; waits of 1 s and 2 s between the 3 tries; DLQ copy and delete.
+    // last update and the state write; waits of 1 s and 2 s between the 3 tries; DLQ copy and
+    // delete, 3 tries each with waits of 0.25 s and 0.5 s.
     const perTry = 4 * AWS_REQUEST_TIMEOUT_MS + 5_000 + 2 * AWS_CALL_MS;
-    expect(STOP_PATH_MS).toBe(AWS_CALL_MS + 3 * perTry + 3_000 + 2 * AWS_CALL_MS);
+    expect(STOP_PATH_MS).toBe(AWS_CALL_MS + 3 * perTry + 3_000 + 2 * (3 * AWS_CALL_MS + 750));
     // Act: a record whose other endings are short.
     const parts = worstCaseParts({ ...BASE, targetTimeoutMs: 1_000, cooldownMs: 0 });
     // Assess

@@ -1,0 +1,337 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
+import { laneShape, type PublishedShape, parseShape } from '../../functions/pipeline/lanes.js';
+import { BatchCancels } from '../../functions/records/cancellations.js';
+import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
+import { stateCacheMs } from '../../functions/worker/pipeline-view.js';
+import { clientConfig } from '../../local/emulator/deploy.js';
+import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime/child-process.js';
+import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-stack.js';
+import { queueDepth, readDlq, readOutcomes } from '../../local/stack/observation.js';
+import { generatedRecords, goodRecord } from '../../local/stack/records.js';
+import { feedQueue } from '../../local/stack/run.js';
+import {
+  allFinished,
+  deployedCap,
+  dlqCount,
+  E2E,
+  isFinal,
+  outcomesOf,
+  redriveWithCli,
+  startE2eStack,
+  uniquePrefix,
+  waitFor,
+} from './harness.js';
+import { e2eTarget } from './target.js';
+
+/**
+ * Lanes on the deployed stack (moto, the real CDK app with `lanes` 4, the local runtime in a
+ * process of its own so the fleet can be killed): a plan of 14 threads with reserve 2 is cap 12,
+ * carried by r = 3 invocations of L = 4 lanes. Every promise is counted where it lands: in.php and
+ * in flight at the CaptchaAI stand-in, POSTs at the target, rows in the table, messages in the DLQ.
+ */
+const LANES = 4;
+const PLAN = { threads: 14, reserve: 2 } as const;
+const CAP = PLAN.threads - PLAN.reserve;
+const SHAPE = laneShape(CAP, LANES);
+/**
+ * Lanes beyond the first take their messages with the chain, and at this time scale the default
+ * window is 1.2 s (120 s × 0.01), less than an invocation's warm-up here: 15 s keeps the lanes
+ * taking messages while the tests watch them.
+ */
+const SETTINGS = { lanes: LANES, chainSeconds: 15 };
+
+let stack: LocalStack;
+let runtime: RuntimeProcess | undefined;
+const runtimes: RuntimeProcess[] = [];
+
+async function startRuntime(): Promise<void> {
+  runtime = await spawnRuntimeProcess(localRuntimeOptions(stack));
+  runtimes.push(runtime);
+}
+
+async function publishedShape(): Promise<PublishedShape | undefined> {
+  const ssm = new SSMClient(clientConfig(stack.awsEnv));
+  try {
+    const out = await ssm.send(new GetParameterCommand({ Name: `/${stack.stackName}/lane-shape` }));
+    return parseShape(out.Parameter?.Value);
+  } finally {
+    ssm.destroy();
+  }
+}
+
+/** Keys of generated record bodies. */
+const keysOf = (bodies: string[]) => bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
+
+/** In.php calls (with a task) and POSTs per record of `keys`, from the stand-ins' own logs. */
+function wireCounts(keys: string[]): { inPhp: Map<string, number>; posts: Map<string, number> } {
+  const mine = new Set(keys);
+  const count = (entries: { record: string }[]) => {
+    const m = new Map<string, number>();
+    for (const e of entries) if (mine.has(e.record)) m.set(e.record, (m.get(e.record) ?? 0) + 1);
+    return m;
+  };
+  return {
+    inPhp: count(
+      stack.captcha.events(0).entries.filter((e) => e.kind === 'in.php' && e.taskId !== undefined),
+    ),
+    posts: count(stack.site.events(0).entries.filter((e) => e.kind === 'post-received')),
+  };
+}
+
+describe.skipIf(e2eTarget() !== 'moto')(
+  `lanes: cap ${CAP} as ${SHAPE.r} invocations of ${SHAPE.L} lanes`,
+  () => {
+    beforeAll(async () => {
+      stack = await startE2eStack('lanes', { ...PLAN, runtime: false, settings: SETTINGS });
+      await startRuntime();
+    }, 600_000);
+    afterAll(async () => {
+      await Promise.all(runtimes.map((r) => r.kill()));
+      await stack?.stop();
+    });
+
+    it('deploys r to the knobs and publishes {cap, r, L}; in flight stays within the cap with tasks that never answer, above r', async () => {
+      // Prepare
+      expect(SHAPE).toEqual({ cap: 12, r: 3, L: 4 });
+      await waitFor('the adjuster to publish the cap', async () => (await publishedShape())?.cap === CAP);
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 120, uniquePrefix('cap'));
+      const keys = keysOf(bodies);
+      stack.captcha.setFaults({ neverFinish: 0.05 });
+      stack.captcha.resetStats();
+      // Act
+      await feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 40 });
+      await waitFor('every record', async () => allFinished(stack, bodies), {
+        timeoutMs: 400_000,
+        intervalMs: 500,
+      });
+      stack.captcha.setFaults({ neverFinish: 0 });
+      // Assess
+      const stats = stack.captcha.stats();
+      expect(await deployedCap(stack)).toBe(SHAPE.r);
+      expect(await publishedShape()).toMatchObject({ cap: 12, r: 3, L: 4 });
+      expect(stats.maxInFlight).toBeLessThanOrEqual(CAP);
+      // More solves at once than invocations: the lanes ran side by side.
+      expect(stats.maxInFlight).toBeGreaterThan(SHAPE.r);
+      expect(stats.zeroBalance).toBe(0);
+      const rows = await outcomesOf(stack, keys);
+      expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
+      const { posts } = wireCounts(keys);
+      expect([...posts.values()].filter((n) => n > 1)).toEqual([]);
+      expect(await dlqCount(stack)).toBe(0);
+    }, 600_000);
+
+    it('solves and posts each record once when every message is sent twice, side by side', async () => {
+      // Prepare: each message followed at once by its copy, so two lanes of one invocation take the pair.
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 40, uniquePrefix('dup'));
+      const keys = keysOf(bodies);
+      const doubled = bodies.flatMap((b) => [b, b]);
+      stack.captcha.resetStats();
+      // Act
+      await feedQueue(stack, stack.outputs.QueueUrl, doubled, { maxQueued: 40 });
+      await waitFor('every record', async () => allFinished(stack, bodies), {
+        timeoutMs: 300_000,
+        intervalMs: 500,
+      });
+      await waitFor(
+        'the queue to empty',
+        async () => {
+          const d = await queueDepth(stack, stack.outputs.QueueUrl);
+          return d.visible + d.inFlight === 0;
+        },
+        { timeoutMs: 300_000, intervalMs: 500 },
+      );
+      // Assess: one in.php and at most one POST per record_key
+      const { inPhp, posts } = wireCounts(keys);
+      expect(keys.filter((k) => inPhp.get(k) !== 1)).toEqual([]);
+      expect(keys.filter((k) => (posts.get(k) ?? 0) > 1)).toEqual([]);
+      expect(stack.captcha.stats().maxInFlight).toBeLessThanOrEqual(CAP);
+    }, 600_000);
+
+    it('cancels one batch: no in.php of it claimed after the bound, no POST after it, the other batch all submitted', async () => {
+      // Prepare: two batches interleaved
+      const prefix = uniquePrefix('cancel');
+      const [a, b] = [`${prefix}-a`, `${prefix}-b`];
+      const record = (batch: string, i: number) =>
+        JSON.stringify({
+          ...JSON.parse(goodRecord(stack.site.url, stack.site.sitekey, `${batch}-${i}`, 0, 'recaptcha_v2')),
+          batch_id: batch,
+        });
+      const perBatch = 60;
+      const bodies: string[] = [];
+      for (let i = 0; i < perBatch; i++) bodies.push(record(a, i), record(b, i));
+      const rowsOf = async (batch: string) =>
+        (await readOutcomes(stack)).filter(
+          (r) => r.batch_id === batch && r.record_key.startsWith(`${batch}-`),
+        );
+      // Act: cancel A once 15 of its records ended
+      const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 40 });
+      await waitFor('15 records of A', async () => (await rowsOf(a)).filter(isFinal).length >= 15, {
+        timeoutMs: 300_000,
+        intervalMs: 100,
+      });
+      await new BatchCancels({
+        client: new DynamoDBClient(clientConfig(stack.awsEnv)),
+        tableName: stack.outputs.TableName,
+      }).cancel(a, { by: 'e2e', reason: 'lanes' });
+      const cancelledAt = Date.now();
+      await feeding;
+      await waitFor('every record', async () => allFinished(stack, bodies), {
+        timeoutMs: 300_000,
+        intervalMs: 500,
+      });
+      // Assess
+      const bound = cancelledAt + cancelRefreshMs(E2E.timeScale) + stateCacheMs(E2E.timeScale);
+      const rowsA = await rowsOf(a);
+      const rowsB = await rowsOf(b);
+      const claimedAt = (key: string) =>
+        Date.parse(String(rowsA.find((r) => r.record_key === key)?.created_at ?? ''));
+      const inPhpOfA = stack.captcha
+        .events(0)
+        .entries.filter((e) => e.kind === 'in.php' && e.record.startsWith(`${a}-`));
+      const postsOfA = stack.site
+        .events(0)
+        .entries.filter((e) => e.kind === 'post-received' && e.record.startsWith(`${a}-`));
+      expect(inPhpOfA.filter((e) => claimedAt(e.record) > bound)).toEqual([]);
+      expect(postsOfA.filter((e) => e.t > bound + 1_000)).toEqual([]);
+      expect(rowsA.filter((r) => r.status === 'cancelled').length).toBeGreaterThan(0);
+      expect(rowsA).toHaveLength(perBatch);
+      expect(rowsB).toHaveLength(perBatch);
+      expect(rowsB.every((r) => r.status === 'submitted')).toBe(true);
+    }, 600_000);
+
+    it('on a revoked key: one pause, at most one DLQ message per invocation, no in.php after the pause; all ends after redrive and resume', async () => {
+      // Prepare
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 60, uniquePrefix('stop'));
+      const keys = keysOf(bodies);
+      stack.captcha.resetStats();
+      await feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 60 });
+      await waitFor(
+        'a dozen submits and lanes in flight',
+        () => {
+          const s = stack.captcha.stats();
+          return s.submits >= 12 && s.inFlight > SHAPE.r;
+        },
+        { intervalMs: 5 },
+      );
+      // Act 1: the key is revoked mid-run
+      stack.captcha.setKeyRevoked(true);
+      await waitFor('the pipeline to pause', async () => (await stack.control.readState()).paused);
+      await waitFor('in flight to drain', () => stack.captcha.stats().inFlight === 0, { timeoutMs: 120_000 });
+      // Invocations still running give their messages back and end.
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      const submitsAtStop = stack.captcha.stats().submits;
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      const submitsLater = stack.captcha.stats().submits;
+      const dlqAtStop = await readDlq(stack, 1);
+      const rowsAtStop = await outcomesOf(stack, keys);
+      // Act 2: the operator fixes the key, redrives and resumes
+      stack.captcha.setKeyRevoked(false);
+      await waitFor(
+        'the DLQ to be visible',
+        async () => (await queueDepth(stack, stack.outputs.DlqUrl)).visible === dlqAtStop.length,
+      );
+      await redriveWithCli(stack);
+      await stack.control.resume('operator');
+      await waitFor('every record', async () => allFinished(stack, bodies), {
+        timeoutMs: 400_000,
+        intervalMs: 500,
+      });
+      // Assess
+      expect(submitsLater).toBe(submitsAtStop);
+      expect(dlqAtStop.length).toBeGreaterThan(0);
+      // One stop per invocation: never more DLQ copies than invocations can run at once.
+      expect(dlqAtStop.length).toBeLessThanOrEqual(SHAPE.r);
+      for (const entry of dlqAtStop) {
+        expect(entry.errorCode).toMatch(/^(ERROR_WRONG_USER_KEY|ERROR_KEY_DOES_NOT_EXIST)$/);
+        expect(entry.reason).toBeTruthy();
+        expect(rowsAtStop.get(entry.recordKey ?? '')?.status).toBe('stopped');
+      }
+      const rows = await outcomesOf(stack, keys);
+      expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
+      expect(await dlqCount(stack)).toBe(0);
+    }, 600_000);
+
+    it('follows the plan: a shrink drains running lanes to the new cap, a grow raises it', async () => {
+      // Prepare: a steady backlog
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 160, uniquePrefix('plan'));
+      const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 40 });
+      await waitFor('lanes busy above r', () => stack.captcha.stats().inFlight > SHAPE.r, { intervalMs: 20 });
+      // Act 1: the plan shrinks to 8 threads, cap 6 (r 2 of L 3; invocations started before may run 2 lanes)
+      stack.captcha.setThreads(8);
+      await waitFor('the adjuster to publish cap 6', async () => (await publishedShape())?.cap === 6);
+      const shrunk = await publishedShape();
+      // Lanes beyond the new shape end before their next in.php; tasks already at CaptchaAI finish.
+      const worstTaskMs = (DEFAULT_TIMINGS.deadlineMs + 60_000) * E2E.timeScale + 5_000;
+      await new Promise((resolve) => setTimeout(resolve, worstTaskMs));
+      stack.captcha.resetStats();
+      await new Promise((resolve) => setTimeout(resolve, 8_000));
+      const whileShrunk = stack.captcha.stats();
+      // Act 2: the plan grows to 20 threads, cap 18
+      stack.captcha.setThreads(20);
+      await waitFor('the adjuster to publish cap 18', async () => (await publishedShape())?.cap === 18, {
+        timeoutMs: 120_000,
+      });
+      await waitFor('the knobs to rise', async () => (await deployedCap(stack)) === laneShape(18, LANES).r, {
+        timeoutMs: 120_000,
+      });
+      await feeding;
+      // A backlog of its own, sent once r has risen: the first one may have drained at cap 6.
+      stack.captcha.resetStats();
+      const grown = generatedRecords(stack.site.url, stack.site.sitekey, 80, uniquePrefix('grow'));
+      await feedQueue(stack, stack.outputs.QueueUrl, grown, { maxQueued: 40 });
+      await waitFor('every record', async () => allFinished(stack, [...bodies, ...grown]), {
+        timeoutMs: 400_000,
+        intervalMs: 500,
+      });
+      const whileGrown = stack.captcha.stats();
+      stack.captcha.setThreads(PLAN.threads);
+      // Assess
+      expect(shrunk).toMatchObject({ cap: 6, r: 2, L: 3 });
+      expect(shrunk?.drain).toMatchObject({ L: 2, fromR: 3 });
+      expect(whileShrunk.submits).toBeGreaterThan(0);
+      expect(whileShrunk.maxInFlight).toBeLessThanOrEqual(6);
+      expect(whileShrunk.zeroBalance).toBe(0);
+      expect(whileGrown.maxInFlight).toBeGreaterThan(6);
+      expect(whileGrown.maxInFlight).toBeLessThanOrEqual(18);
+      expect(whileGrown.zeroBalance).toBe(0);
+    }, 900_000);
+
+    it('after the whole fleet is killed mid-run: one final outcome per record, at most one POST each, nothing in the DLQ', async () => {
+      // Prepare: the plan as deployed
+      stack.captcha.setThreads(PLAN.threads);
+      await waitFor('the cap back at 12', async () => (await publishedShape())?.cap === CAP, {
+        timeoutMs: 120_000,
+      });
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 80, uniquePrefix('kill'));
+      const keys = keysOf(bodies);
+      const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 40 });
+      await waitFor(
+        'lanes busy and posts under way',
+        () => {
+          const posts = wireCounts(keys).posts.size;
+          return stack.captcha.stats().inFlight > SHAPE.r && posts >= 10;
+        },
+        { intervalMs: 10, timeoutMs: 300_000 },
+      );
+      // Act: SIGKILL the runtime (every environment and lane at once), then a new one
+      await runtime?.kill();
+      // The feed waits for room in the queue: only a runtime makes it.
+      await startRuntime();
+      await feeding;
+      await waitFor('every record', async () => allFinished(stack, bodies), {
+        timeoutMs: 600_000,
+        intervalMs: 1_000,
+      });
+      // Assess
+      const rows = await outcomesOf(stack, keys);
+      expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
+      const { posts } = wireCounts(keys);
+      expect(keys.filter((k) => (posts.get(k) ?? 0) > 1)).toEqual([]);
+      expect(await dlqCount(stack)).toBe(0);
+      expect(stack.captcha.stats().maxInFlight).toBeLessThanOrEqual(CAP);
+    }, 900_000);
+  },
+);
