@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { PACKAGE_ROOT } from '../../infra/package-root.js';
+import { fileURLToPath } from 'node:url';
 
 /**
  * Which Python runs moto's server (local/emulator/moto.ts), and making one that can. In order:
@@ -15,7 +15,7 @@ import { PACKAGE_ROOT } from '../../infra/package-root.js';
 export const MOTO_REQUIREMENT = 'moto[server]>=5,<6';
 export const PYTHON_VARIABLE = 'THREADGATE_PYTHON';
 /** The project's own virtual environment (.local-stack/ is git-ignored and left out of the checks). */
-export const PROJECT_VENV = join(PACKAGE_ROOT, '.local-stack', 'python');
+export const PROJECT_VENV = join(fileURLToPath(new URL('../../', import.meta.url)), '.local-stack', 'python');
 /** Written into the virtual environment once moto's server imports there. */
 const READY_MARK = 'threadgate-moto-ready';
 /** What moto's launcher and zygote import. */
