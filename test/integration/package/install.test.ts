@@ -291,6 +291,8 @@ describe('the packages, installed outside the checkout', () => {
     const [install, ...oneLiner] = DATA.split('\n');
     // Act: the wheel's install as written, then the one-liner with its AWS calls recorded.
     await ok('bash', ['-e', '-c', install ?? ''], { cwd: data, env });
+    // README's install makes its own virtual environment (.venv): the wheel is there, for the next test too.
+    venvPython = join(data, '.venv', 'bin', 'python');
     const result = await run(
       'bash',
       ['-e', '-c', oneLiner.join('\n').replaceAll(README_STACK, stack.stackName)],
