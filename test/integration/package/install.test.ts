@@ -358,7 +358,7 @@ print(json.dumps({"version": tg.__version__, "file": tg.__file__,
     expect(result.code).toBe(0);
     const out = JSON.parse(result.stdout);
     expect(out.version).toBe(VERSION);
-    expect(out.file).toContain(join(work, 'venv'));
+    expect(out.file).toContain(dirname(dirname(venvPython))); // the installed wheel, not the checkout
     expect(out.sent).toEqual([8, 2]);
     const schema = JSON.parse(readFileSync(`${PACKAGE_ROOT}schema/job.schema.json`, 'utf8'));
     expect(out.refused).toEqual([
