@@ -1,4 +1,4 @@
-import { CliError } from './exit-codes.js';
+import { CliError, EXIT } from './exit-codes.js';
 
 /**
  * Runs a long local command (bench, load) so that the first Ctrl-C or SIGTERM stops it cleanly
@@ -10,7 +10,7 @@ export async function runInterruptible<T>(
 ): Promise<T> {
   const controller = new AbortController();
   const onSignal = () => {
-    if (controller.signal.aborted) process.exit(130);
+    if (controller.signal.aborted) process.exit(EXIT.interrupted);
     process.stderr.write(`${label}: interrupted; stopping the local stack (Ctrl-C again to exit now)\n`);
     controller.abort();
   };
@@ -19,7 +19,7 @@ export async function runInterruptible<T>(
   try {
     return await run(controller.signal);
   } catch (err) {
-    if (controller.signal.aborted) throw new CliError('interrupted', 130);
+    if (controller.signal.aborted) throw new CliError('interrupted', EXIT.interrupted);
     throw err;
   } finally {
     process.off('SIGINT', onSignal);

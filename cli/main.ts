@@ -1,11 +1,11 @@
 import { Command, CommanderError } from 'commander';
 import { VERSION } from '../infra/package-root.js';
 import { registerCommands } from './commands/index.js';
-import { CliError, EXIT } from './exit-codes.js';
+import { CliError, EXIT, EXIT_AND_ENVIRONMENT_HELP } from './exit-codes.js';
 
-// The project runs on Node 20 on purpose (package.json engines, the Lambda runtime it deploys);
-// the AWS SDK's notice that later SDK versions will want Node 22 would otherwise reach the
-// stderr of every command.
+// The CLI supports Node 20 on purpose (package.json engines: operators' machines; the functions
+// themselves deploy on Lambda's nodejs22.x); the AWS SDK's notice that later SDK versions will
+// want Node 22 would otherwise reach the stderr of every command.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
 /**
@@ -35,6 +35,7 @@ export async function buildProgram(argv: readonly string[]): Promise<Command> {
       'AWS profile for credentials, region and endpoint_url (default: $AWS_PROFILE)',
     )
     .showHelpAfterError('(run with --help for usage)')
+    .addHelpText('after', EXIT_AND_ENVIRONMENT_HELP)
     .exitOverride()
     // Through AWS_PROFILE, the one setting every part of the SDK reads: credentials, region and
     // the configured endpoint (the client option `profile` does not reach endpoint_url).
@@ -55,7 +56,8 @@ export async function main(argv: string[]): Promise<void> {
     await program.parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {
-      // --help and --version end up here with exit code 0.
+      // --help and --version end up here with exit code 0; everything else commander refuses
+      // (unknown command or option, missing argument) is a usage error.
       process.exitCode = err.exitCode === 0 ? 0 : EXIT.usage;
       return;
     }

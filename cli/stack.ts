@@ -22,6 +22,7 @@ import { DEFAULTS } from '../functions/common/settings.js';
 import { PipelineControl } from '../functions/pipeline/control.js';
 import { ApiKeySource } from '../functions/pipeline/secret.js';
 import type { StackOutputKey } from '../infra/outputs.js';
+import { isAccessDenied, noteActions, refusedAction } from './aws-actions.js';
 import { CliError, EXIT } from './exit-codes.js';
 
 /**
@@ -98,8 +99,9 @@ export async function awsContext(
     maxAttempts: 3,
     requestHandler: { connectionTimeout: 5_000, requestTimeout: 60_000 },
   };
-  const cloudFormation = new CloudFormationClient(config);
-  const dynamodb = new DynamoDBClient(config);
+  // Each client notes the IAM action of a failed call, for the message of an AccessDenied.
+  const cloudFormation = noteActions(new CloudFormationClient(config));
+  const dynamodb = noteActions(new DynamoDBClient(config));
   const endpoint = options.endpointUrl ?? (await configuredEndpoint(cloudFormation));
   return {
     region,
@@ -109,12 +111,12 @@ export async function awsContext(
       cloudFormation,
       // Without this the SQS client sends each call to the host in its QueueUrl, which for
       // queues CloudFormation created may be AWS itself rather than the configured endpoint.
-      sqs: new SQSClient({ ...config, useQueueUrlAsEndpoint: false }),
-      lambda: new LambdaClient(config),
-      ssm: new SSMClient(config),
+      sqs: noteActions(new SQSClient({ ...config, useQueueUrlAsEndpoint: false })),
+      lambda: noteActions(new LambdaClient(config)),
+      ssm: noteActions(new SSMClient(config)),
       dynamodb,
       documents: DynamoDBDocumentClient.from(dynamodb),
-      secrets: new SecretsManagerClient(config),
+      secrets: noteActions(new SecretsManagerClient(config)),
     },
   };
 }
@@ -280,9 +282,12 @@ export function explainAwsError(err: unknown, aws: AwsContext): CliError {
       { cause: err },
     );
   }
-  if (name === 'AccessDeniedException' || name === 'AccessDenied') {
+  if (isAccessDenied(name)) {
+    const action = refusedAction(err);
     return new CliError(
-      `AWS denied the request (${message}); the CLI's identity needs access to the stack's queue, table, mapping, parameter and secret.`,
+      `AWS refused ${action ?? 'the request'} (${name}: ${message}); the CLI's identity needs ${
+        action ? 'that action' : 'access'
+      } on the stack's resources: the construct's grantOperate(role) covers every operator command (docs/security.md#least-privilege).`,
       EXIT.failure,
       { cause: err },
     );

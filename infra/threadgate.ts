@@ -423,10 +423,14 @@ export class Threadgate extends Construct {
   }
 
   /**
-   * What `threadgate status`, `pause`, `resume`, `cancel`, `redrive`, `wait` and `outcomes` need: the
-   * stack's outputs, the queues' attributes, the DLQ's messages and their move back to the jobs
-   * queue, the worker's configuration, the one jobs-queue mapping, the pipeline-state parameter,
-   * the outcome rows and the API-key secret (status reads the plan's threads with it).
+   * What every operator command of the CLI calls — `threadgate status`, `enqueue`, `wait`,
+   * `outcomes`, `pause`, `resume`, `cancel`, `redrive` and `secret set` (test/unit/infra/operate-grant.test.ts
+   * checks each against this policy): the stack's outputs, the queues' attributes, sending to the
+   * jobs queue, the DLQ's messages and their move back, the worker's configuration, the one
+   * jobs-queue mapping, the pipeline-state parameter, the outcome rows, batch cancels, and the
+   * API-key secret: read (status and resume ask CaptchaAI for the plan's threads with it) and
+   * written (`secret set` creates it or puts a new value: secretsmanager:CreateSecret and
+   * PutSecretValue on that one secret name).
    */
   grantOperate(grantee: iam.IGrantable): iam.Grant {
     const stack = Stack.of(this);
@@ -467,11 +471,19 @@ export class Threadgate extends Construct {
       this.deadLetterQueue.grantConsumeMessages(grantee),
       parts.pipelineState.parameter.grantRead(grantee),
       parts.pipelineState.parameter.grantWrite(grantee),
+      // With lanes, `status` reads the published lane shape too.
+      ...(parts.pipelineState.laneShape ? [parts.pipelineState.laneShape.grantRead(grantee)] : []),
       this.grantReadOutcomes(grantee),
       this.grantCancelBatches(grantee),
       iam.Grant.addToPrincipal({
         grantee,
-        actions: ['secretsmanager:GetSecretValue', 'secretsmanager:DescribeSecret'],
+        actions: [
+          'secretsmanager:GetSecretValue',
+          'secretsmanager:DescribeSecret',
+          // `threadgate secret set`: creates the secret, or rotates the key (a new version).
+          'secretsmanager:CreateSecret',
+          'secretsmanager:PutSecretValue',
+        ],
         resourceArns: [
           stack.formatArn({
             service: 'secretsmanager',

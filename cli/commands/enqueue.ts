@@ -98,7 +98,7 @@ export function registerEnqueue(program: Command): void {
         '  $ threadgate enqueue jobs.jsonl --counts counts.json && threadgate wait --batch nightly-1 --counts counts.json\n' +
         '  $ threadgate enqueue jobs.jsonl --dry-run\n' +
         'Exit codes: 0 all sent; 2 some lines rejected; 4 some sends failed (re-running the file is safe: a\n' +
-        'record_key that already has an outcome is not solved again).\n',
+        'record_key that already has an outcome is not solved again); 64 usage error.\n',
     )
     .action(async (file: string, options: EnqueueOptions) => {
       const concurrency = Number(options.concurrency);

@@ -274,7 +274,9 @@ must be 1 and the records must come from --records FILE (forms on loopback: the 
 allowlist is 127.0.0.1 and localhost).
 
 Exit codes: 0 every record has an outcome or a DLQ entry; 3 the pipeline paused (stop-class
-CaptchaAI error); 1 timed out or failed. Needs python3 with moto[server] 5.x; no Docker.`,
+CaptchaAI error); 1 timed out or failed; 64 usage error. Needs Python 3: moto[server] 5.x comes
+from python3 when it has it, else from a virtual environment of the checkout's own
+(.local-stack/python, made and filled once), or from $THREADGATE_PYTHON. No Docker.`,
     );
 }
 
@@ -301,7 +303,7 @@ function lifecycle(say: (line: string) => void) {
     if (signalled) return;
     signalled = true;
     say('stopping every process started …');
-    void stop().then(() => process.exit(130));
+    void stop().then(() => process.exit(EXIT.interrupted));
   };
   for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
   const unwatch = watchParent(onSignal);

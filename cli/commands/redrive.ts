@@ -101,7 +101,7 @@ export function registerRedrive(program: Command): void {
       }
       const aborter = new AbortController();
       const onSignal = () => {
-        if (aborter.signal.aborted) process.exit(130); // a second Ctrl-C: now
+        if (aborter.signal.aborted) process.exit(EXIT.interrupted); // a second Ctrl-C: now
         process.stderr.write('redrive: stopping after the batch in hand (Ctrl-C again to quit at once)\n');
         aborter.abort();
       };
@@ -122,7 +122,7 @@ export function registerRedrive(program: Command): void {
           );
           if (options.json) process.stdout.write(`${JSON.stringify(result, null, 2)}\n`);
           else process.stdout.write(`${describeRedrive(result)}\n`);
-          if (result.interrupted) process.exitCode = 130;
+          if (result.interrupted) process.exitCode = EXIT.interrupted;
           else if (result.failed) process.exitCode = EXIT.transient;
         });
       } finally {

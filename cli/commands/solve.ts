@@ -59,8 +59,8 @@ Example:
   CAPTCHAAI_API_KEY=... threadgate solve --type recaptcha_v2 \\
     --sitekey 6LeIxAcTAAAAAJcZVRqyHh71UMIEGNQ_MXjiZKhI --pageurl https://staging.example.com/signup
 
-Exit codes: 0 solved; 2 bad task, unsolvable or usage error; 3 stop-class (bad key, IP ban,
-no active plan); 4 transient error or poll timeout (trying later may work).
+Exit codes: 0 solved; 2 bad task or unsolvable; 3 stop-class (bad key, IP ban, no active
+plan); 4 transient error or poll timeout (trying later may work); 64 usage error.
 
 Timings (ms at time scale 1, CaptchaAI's defaults when unset): CAPTCHAAI_FIRST_POLL_MS,
 CAPTCHAAI_POLL_INTERVAL_MS, CAPTCHAAI_SERVER_ERROR_WAIT_MS, CAPTCHAAI_SUBMIT_BACKOFF_MS,
@@ -99,7 +99,7 @@ async function runSolve(opts: SolveOptions): Promise<void> {
     }
     process.exitCode = EXIT.ok;
   } catch (err) {
-    if (abort.signal.aborted) throw new CliError('interrupted', 130);
+    if (abort.signal.aborted) throw new CliError('interrupted', EXIT.interrupted);
     if (!(err instanceof CaptchaError)) throw err;
     reportCaptchaError(err, opts.json === true, { type: opts.type, elapsedMs: Date.now() - started });
   } finally {

@@ -31,7 +31,7 @@ Example:
   CAPTCHAAI_API_KEY=... threadgate threads --reserve 2
   plan threads 15, working 9, reserve 2, cap 13
 
-Exit codes: 0 ok; 2 usage error; 3 stop-class (bad key, IP ban); 4 transient error.`,
+Exit codes: 0 ok; 3 stop-class (bad key, IP ban); 4 transient error; 64 usage error.`,
     )
     .action(async (opts: ThreadsOptions) => {
       const client = new CaptchaAiClient(clientOptions(opts.timeScale));

@@ -348,7 +348,8 @@ export function registerWait(program: Command): void {
         '(no such batch), or the batch holds more records than expected (a reused batch_id, or a part not\n' +
         'counted); 3 the pipeline paused on a stop-class error (the reason is printed); 4 timeout;\n' +
         '5 the batch was cancelled (`threadgate cancel`): ends once none of its records is in progress\n' +
-        "and the cancel's bound (10 s × the time scale, at least 1 s) has passed since it was made.\n" +
+        "and the cancel's bound (10 s × the time scale, at least 1 s) has passed since it was made;\n" +
+        '64 usage error.\n' +
         'Never "done" while a record it waits for is in_progress. The DLQ is read, never consumed or hidden.\n',
     )
     .action(async (options: WaitCliOptions) => {

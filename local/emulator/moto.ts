@@ -1,10 +1,13 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ensureMoto, type MotoPythonOptions, MotoUnavailableError, motoPython } from './python-env.js';
+
+export { MotoUnavailableError } from './python-env.js';
 
 /**
  * Starts moto's server (AWS emulator) through `local/emulator/moto_server.py`, which switches off
@@ -25,7 +28,10 @@ export interface StartMotoOptions {
   port?: number;
   /** Extra environment for the server, e.g. MOTO_LAMBDA_CONCURRENCY_QUOTA. */
   env?: Record<string, string>;
+  /** A Python used as it is (as THREADGATE_PYTHON is): no virtual environment, no install. */
   python?: string;
+  /** Where the Python is found or made otherwise (local/emulator/python-env.ts); tests point it elsewhere. */
+  pythonEnv?: Omit<MotoPythonOptions, 'fixed'>;
 }
 
 export const MOTO_REGION = 'us-east-1';
@@ -33,44 +39,6 @@ export const MOTO_ACCOUNT = '123456789012';
 
 const LAUNCHER = fileURLToPath(new URL('./moto_server.py', import.meta.url));
 const ZYGOTE = fileURLToPath(new URL('./zygote.py', import.meta.url));
-
-export class MotoUnavailableError extends Error {
-  override name = 'MotoUnavailableError';
-}
-
-/**
- * Makes sure python3 can import moto's server. If it cannot, tries one user-level pip
- * install; if that fails too (no PyPI here, say), throws with the command to run.
- */
-export function ensureMoto(python = process.env.THREADGATE_PYTHON ?? 'python3'): void {
-  const probe = spawnSync(python, ['-c', 'import moto.moto_server.threaded_moto_server, flask'], {
-    encoding: 'utf8',
-  });
-  if (probe.error) {
-    throw new MotoUnavailableError(
-      `cannot run ${python} (${probe.error.message}); install Python 3 and then: ${python} -m pip install 'moto[server]>=5,<6'`,
-    );
-  }
-  if (probe.status === 0) return; // already installed
-  process.stderr.write(
-    `moto's server is not installed for ${python}; trying: pip install --user 'moto[server]>=5,<6'\n`,
-  );
-  const install = spawnSync(python, ['-m', 'pip', 'install', '--user', '--quiet', 'moto[server]>=5,<6'], {
-    encoding: 'utf8',
-    timeout: 300_000,
-  });
-  const again = spawnSync(python, ['-c', 'import moto.moto_server.threaded_moto_server, flask'], {
-    encoding: 'utf8',
-  });
-  if (again.status !== 0) {
-    throw new MotoUnavailableError(
-      `moto's server is not installed for ${python} and installing it failed` +
-        `${install.stderr ? ` (${install.stderr.trim().split('\n').pop()})` : ''}. ` +
-        `Install it yourself with: ${python} -m pip install 'moto[server]>=5,<6' ` +
-        `(or set THREADGATE_PYTHON to a python3 that has it).`,
-    );
-  }
-}
 
 export function awsEnvFor(endpoint: string): Record<string, string> {
   return {
@@ -87,7 +55,7 @@ const MOTO_NOT_IMPORTABLE = 3;
 
 /**
  * Names the Unix socket of a running zygote (startMotoZygote). While it is set, `startMoto`
- * (without an explicit `python`) forks its server from that zygote instead of launching Python.
+ * (without an explicit `python` or `pythonEnv`) forks its server from that zygote instead of launching Python.
  * The test suite sets it for its whole run (test/fixtures/moto-zygote.ts); child processes
  * (the CLI) inherit it.
  */
@@ -98,21 +66,25 @@ class MotoMissing extends Error {}
 
 /**
  * Starts moto's server. The common case (moto installed) costs one Python process: the launcher
- * itself says when moto's server is not importable (exit 3), and only then is `ensureMoto`'s
- * probe and install attempt run, and the launcher started again. (Probing first cost a second
+ * itself says when moto's server is not importable (exit 3), and only then does `ensureMoto`
+ * find or make a Python that can (python-env.ts: the project's virtual environment), and the
+ * launcher starts again. (Probing first cost a second
  * Python process importing moto, about 1 s of CPU, at every start.) With MOTO_ZYGOTE_ENV set,
  * it costs no Python start at all: the zygote forks a server that has its imports done.
  */
 export async function startMoto(options: StartMotoOptions = {}): Promise<MotoServer> {
-  const zygote = options.python === undefined ? process.env[MOTO_ZYGOTE_ENV] : undefined;
+  // A Python named here (a test's) is launched as asked, not the zygote's.
+  const zygote =
+    options.python === undefined && options.pythonEnv === undefined
+      ? process.env[MOTO_ZYGOTE_ENV]
+      : undefined;
   if (zygote) return forkFrom(zygote, options);
-  const python = options.python ?? process.env.THREADGATE_PYTHON ?? 'python3';
+  const where: MotoPythonOptions = { ...options.pythonEnv, fixed: options.python };
   try {
-    return await launch(python, options);
+    return await launch(motoPython(where), options);
   } catch (err) {
     if (!(err instanceof MotoMissing)) throw err;
-    ensureMoto(python);
-    return launch(python, options);
+    return launch(ensureMoto(where), options);
   }
 }
 
@@ -244,11 +216,10 @@ export interface MotoZygote {
  * stack uses once (about 2.4 s of CPU) and forks a ready server per `startMoto`, where each
  * launch pays about 3 s of CPU in imports before its first calls are served. Throws
  * MotoUnavailableError when it cannot start (python3 without moto's server, say): callers then
- * leave MOTO_ZYGOTE_ENV unset and `startMoto` launches (and installs) as usual.
+ * leave MOTO_ZYGOTE_ENV unset and `startMoto` launches (and installs) as usual. Its Python is
+ * `motoPython()`'s: THREADGATE_PYTHON, the project's virtual environment once made, or python3.
  */
-export async function startMotoZygote(
-  python = process.env.THREADGATE_PYTHON ?? 'python3',
-): Promise<MotoZygote> {
+export async function startMotoZygote(python = motoPython()): Promise<MotoZygote> {
   const dir = mkdtempSync(join(tmpdir(), 'threadgate-moto-'));
   const socket = join(dir, 'zygote.sock');
   const child = spawn(python, [ZYGOTE, socket], { stdio: ['pipe', 'pipe', 'pipe'] });

@@ -163,6 +163,10 @@ class WaitRules(unittest.TestCase):
         result = tg.wait("t", "b", expect=1, timeout_s=10, dynamodb=dynamodb, sleep=lambda s: None,
                          now=lambda: next(clock))
         self.assertEqual((result.end, result.exit_code, result.counts), ("timeout", 4, {"in_progress": 1}))
+        # When and why: the timeout_s it gave up at, what was left, and that the CLI would count the DLQ.
+        self.assertIn("gave up after timeout_s=10 s", result.message)
+        self.assertIn("1 of 1 records not ended: 1 in progress, 0 without a row yet", result.message)
+        self.assertIn("threadgate wait --batch b --expect 1", result.message)
 
 
 class Tenants(unittest.TestCase):
@@ -252,6 +256,33 @@ class CancelRules(unittest.TestCase):
         self.assertEqual(d.puts[0]["Item"]["record_key"], {"S": "cancelled batch b"})
         with self.assertRaises(ValueError):
             tg.cancel("t", "has space", dynamodb=d)
+
+
+class Region(unittest.TestCase):
+    """boto3 does not read AWS_REGION; the package does, first, as the CLI does."""
+
+    def setUp(self):
+        self.saved = dict(os.environ)
+        for name in ("AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_REGION"):
+            os.environ.pop(name, None)
+        os.environ["AWS_CONFIG_FILE"] = os.devnull  # no profile region
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+
+    def tearDown(self):
+        os.environ.clear()
+        os.environ.update(self.saved)
+
+    def test_aws_region_alone_is_the_region_of_every_client(self):
+        os.environ["AWS_REGION"] = "eu-west-3"
+        outcomes, send = (sys.modules[f"threadgate_producer.{m}"] for m in ("outcomes", "send"))
+        self.assertEqual(send._client(None).meta.region_name, "eu-west-3")
+        for name in ("dynamodb", "cloudformation", "ssm"):
+            self.assertEqual(outcomes._client(name, None).meta.region_name, "eu-west-3")
+
+    def test_aws_region_comes_before_aws_default_region(self):
+        os.environ.update(AWS_REGION="eu-west-3", AWS_DEFAULT_REGION="us-east-2")
+        send = sys.modules["threadgate_producer.send"]  # the module: the package's `send` is the function
+        self.assertEqual(send._client(None).meta.region_name, "eu-west-3")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from . import _aws
+
 #: The outcomes table's index on batch_id + updated_at (every attribute projected).
 BATCH_INDEX = "batch_id-updated_at"
 #: Statuses after which a record is done: final rows, and `stopped` (its message is in the DLQ).
@@ -26,11 +28,7 @@ FORM_REFUSALS = ("FORM_REJECTED", "FORM_UNCONFIRMED")
 
 
 def _client(name, client):
-    if client is not None:
-        return client
-    import boto3
-
-    return boto3.client(name)
+    return _aws.client(name, client)
 
 
 def _plain(item):
@@ -96,13 +94,13 @@ class WaitResult:
     batch_id: str
     #: `expect` as passed.
     expected: int
-    #: Records of the batch that ended (submitted, failed, rejected or stopped).
+    #: Records of the batch that ended (submitted, failed, rejected, cancelled or stopped).
     ended: int
-    #: Rows by status (submitted, failed, rejected, stopped, in_progress).
+    #: Rows by status (submitted, failed, rejected, cancelled, stopped, in_progress).
     counts: Dict[str, int]
-    #: done, too_many, cancelled, paused or timeout.
+    #: done, too_many, cancelled, paused or timeout (timeout_s passed; `message` says what was left).
     end: str
-    #: EXIT_OK, EXIT_BAD_TASK, EXIT_STOP or EXIT_TRANSIENT.
+    #: EXIT_OK (0), EXIT_BAD_TASK (2), EXIT_STOP (3), EXIT_TRANSIENT (4: timeout) or EXIT_CANCELLED (5).
     exit_code: int
     #: One line saying how it ended and why, as the CLI prints it.
     message: str
@@ -205,6 +203,16 @@ def _epoch_s(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
+def _timeout_text(batch_id, expect, ended, counts, rows, timeout_s):
+    """Why wait() gave up: when (timeout_s, not the CLI's no-limit default), what was left, and what to do."""
+    in_progress, rowless = counts.get("in_progress", 0), max(0, expect - rows)
+    return (f"batch {batch_id}: gave up after timeout_s={timeout_s:g} s (wait's default is 600 s; "
+            f"`threadgate wait` has no limit unless --timeout) with {max(0, expect - ended)} of {expect} records "
+            f"not ended: {in_progress} in progress, {rowless} without a row yet (still queued, or in the DLQ, "
+            f"which wait() does not read: `threadgate wait --batch {batch_id} --expect {expect}` counts those); "
+            "call wait() again, or pass a larger timeout_s")
+
+
 def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600, dynamodb=None,
          interval_s: float = 2, state_parameter: Optional[str] = None, ssm=None,
          cancel_bound_s: float = CANCEL_BOUND_S, sleep=time.sleep, now=time.monotonic,
@@ -259,6 +267,5 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
             return result("paused", EXIT_STOP, f"batch {batch_id}: {expect - ended} of {expect} records have not "
                           f"ended and the pipeline is paused: {paused.get('reason', 'no reason recorded')}")
         if now() - started >= timeout_s:
-            return result("timeout", EXIT_TRANSIENT,
-                          f"batch {batch_id}: timed out after {timeout_s:g} s with {max(0, expect - ended)} of {expect} records not ended")
+            return result("timeout", EXIT_TRANSIENT, _timeout_text(batch_id, expect, ended, counts, len(rows), timeout_s))
         sleep(interval_s)

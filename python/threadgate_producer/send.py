@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from . import _aws
 from .schema import validate
 
 BATCH_ENTRIES = 10
@@ -39,11 +40,7 @@ class SendResult:
 
 
 def _client(sqs):
-    if sqs is not None:
-        return sqs
-    import boto3
-
-    return boto3.client("sqs")
+    return _aws.client("sqs", sqs)
 
 
 def _batches(entries):

@@ -151,7 +151,7 @@ describe('threadgate enqueue', () => {
     const namedGroups = await groups();
 
     // Assess
-    expect(bad.code).toBe(2);
+    expect(bad.code).toBe(64);
     expect(bad.stderr).toContain('--tenant must be 1-128 printable ASCII characters without spaces');
     expect(byDefault.code).toBe(0);
     expect(defaultGroups).toEqual({ 'rec-1': 'nightly-1', 'rec-2': 'sync-9', 'rec-3': undefined });
@@ -274,7 +274,7 @@ describe('threadgate enqueue', () => {
     const run = await runCli(['enqueue', join(dir, 'nope.jsonl')], { env: cliEnv(stack.moto) });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain('nope.jsonl');
     expect(run.stderr).toContain('ENOENT');
   });

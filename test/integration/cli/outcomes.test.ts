@@ -198,9 +198,9 @@ describe('threadgate outcomes', () => {
   it('refuses --batch with --keys, and a batch id that breaks the batch_id rules', async () => {
     const both = await runCli(['outcomes', '--batch', 'b', '--keys', 'k.txt'], { env: cliEnv(stack.moto) });
     const bad = await runCli(['outcomes', '--batch', 'has space'], { env: cliEnv(stack.moto) });
-    expect(both.code).toBe(2);
+    expect(both.code).toBe(64);
     expect(both.stderr).toContain('pass --batch ID or --keys FILE, not both');
-    expect(bad.code).toBe(2);
+    expect(bad.code).toBe(64);
     expect(bad.stderr).toContain('--batch: must be printable ASCII without spaces');
   });
 
@@ -209,7 +209,7 @@ describe('threadgate outcomes', () => {
     const run = await runCli(['outcomes', '--status', 'done'], { env: cliEnv(stack.moto) });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain(
       '--status must be one of in_progress, submitted, failed, rejected, cancelled, stopped',
     );

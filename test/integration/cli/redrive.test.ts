@@ -343,7 +343,7 @@ describe('threadgate redrive', () => {
     const run = await runCli(['redrive', '--max', '0'], { env: cliEnv(stack.moto) });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain('--max must be a positive integer');
   });
 });

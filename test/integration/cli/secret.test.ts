@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { GetSecretValueCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { addAwsFaults } from '../../../local/emulator/fault-client.js';
 import { type CliStack, cliEnv, cliRuns, runCli, SECRET_NAME, startCliStack } from '../../fixtures/cli.js';
 
 const FIRST_KEY = 'first-key-3e9d0c1a77b24f68a5d2';
@@ -102,6 +103,31 @@ describe('threadgate secret set', () => {
     expect(await storedKey(SECRET_NAME)).toBe(SECOND_KEY);
   });
 
+  it('names the refused action when AWS denies the rotation (AccessDenied answered on the wire)', async () => {
+    // Prepare: the secret exists, and the emulator refuses the next PutSecretValue as IAM would,
+    // with a message that does not name the action (as SQS's and Lambda's do not).
+    await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: FIRST_KEY });
+    await addAwsFaults(stack.moto.endpoint, [
+      {
+        service: 'secretsmanager',
+        operation: 'PutSecretValue',
+        error: 'AccessDeniedException',
+        message: 'Access denied',
+      },
+    ]);
+
+    // Act
+    const run = await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: SECOND_KEY });
+
+    // Assess
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(
+      'AWS refused secretsmanager:PutSecretValue (AccessDeniedException: Access denied)',
+    );
+    expect(run.stderr).toContain('grantOperate(role) covers every operator command');
+    expect(await storedKey(SECRET_NAME)).toBe(FIRST_KEY);
+  });
+
   it('refuses a key given as an argument without repeating it, and stores nothing', async () => {
     // Prepare
     await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: FIRST_KEY });
@@ -110,7 +136,7 @@ describe('threadgate secret set', () => {
     const run = await runCli(['secret', 'set', ARGUMENT_KEY], { env: cliEnv(stack.moto) });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain('read from standard input only');
     expect(await storedKey(SECRET_NAME)).toBe(FIRST_KEY);
   });
@@ -120,7 +146,7 @@ describe('threadgate secret set', () => {
     const run = await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: '\n\n' });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain('no API key on standard input');
   });
 

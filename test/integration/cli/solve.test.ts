@@ -152,7 +152,7 @@ describe.concurrent('threadgate solve', { timeout: 120_000 }, () => {
     expect(s.stats().submits).toBe(2);
   });
 
-  it('exits 2 for a usage error without contacting CaptchaAI', async (ctx) => {
+  it('exits 64 for a usage error without contacting CaptchaAI', async (ctx) => {
     const { expect } = ctx;
     // Prepare
     const s = await standin(ctx);
@@ -164,9 +164,9 @@ describe.concurrent('threadgate solve', { timeout: 120_000 }, () => {
     ]);
 
     // Assess
-    expect(missingOption.code).toBe(2);
+    expect(missingOption.code).toBe(64);
     expect(missingOption.stderr).toContain('--sitekey');
-    expect(missingKey.code).toBe(2);
+    expect(missingKey.code).toBe(64);
     expect(missingKey.stderr).toContain('CAPTCHAAI_API_KEY');
     expect(s.stats().submits).toBe(0);
   });

@@ -195,7 +195,7 @@ describe('AWS errors that say what to do next', () => {
     const run = await runCli(['redrive'], { env });
 
     // Assess
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain('no AWS region: set AWS_REGION');
   });
 });

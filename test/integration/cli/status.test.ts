@@ -154,9 +154,9 @@ describe('threadgate status', () => {
       reason: 'wrong form URL',
       already: true,
     });
-    expect(bad.code).toBe(2);
+    expect(bad.code).toBe(64);
     expect(bad.stderr).toContain('--batch: must be printable ASCII without spaces');
-    expect(missing.code).toBe(2);
+    expect(missing.code).toBe(64);
     expect(text.stdout).toMatch(/cancelled\s+1 batch:\n\s+nightly-7\s+at \S+ by operator: wrong form URL/);
     expect(text.stdout).toMatch(/outcomes\s+3 rows:/);
     expect(json.cancelledBatches).toEqual([

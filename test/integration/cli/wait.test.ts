@@ -400,7 +400,7 @@ describe('threadgate wait', () => {
 
   it('refuses --batch without an expected count', async () => {
     const run = await wait(['--batch', 'x']);
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toContain(
       '--batch needs the number of records to wait for: --expect N, or --counts FILE',
     );

