@@ -17,7 +17,8 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
  *
  * The solve-times table holds one partition (`pk` = "solve-times") of at most
  * `slots` × CAPTCHA types small items, `sk` = "<type>#<slot>". Each environment picks a slot at
- * random when it starts and, at most once per `everyMs`, reads the partition (one Query) and
+ * random when it starts and, at most once per `everyMs` (`settledEveryMs` once it has made
+ * `youngExchanges` exchanges), reads the partition (one Query) and
  * writes its last `share` answers of a type there (one PutItem of under 1 KB, one write unit)
  * when enough of them are new: `firstShare` answers for the type's first item, `shareEvery` new
  * ones since its last, or at least one new once the last is `refreshMs` old (so the item never
@@ -38,9 +39,10 @@ export const SOLVE_TIMES_PARTITION = 'solve-times';
  * exchange is a Query of the whole partition (up to 32 × 4 items of about 1 KB) and the PutItems
  * due, whose cost is real time, not CaptchaAI time: scaled down with the local stack's 0.01, one
  * came beside every record, and moto spent about 160 ms of its one Python thread on each Query,
- * most of what it served in the e2e suite and the load run. At time scale 1 the period is 60 s:
- * a full partition is about 128 KB, 16 read units a Query, which every 15 s came to more read
- * units per solve at 20 threads than the record's own writes cost; the answers it reads move slowly.
+ * most of what it served in the e2e suite and the load run. At time scale 1 the period is 15 s
+ * for an environment's first 8 exchanges (its first two minutes, when the others' answers help
+ * most), then 60 s: a full partition is about 128 KB, 16 read units a Query, which every 15 s came
+ * to more read units per solve at 20 one-lane threads than the record's own writes cost.
  */
 export const MIN_EXCHANGE_EVERY_MS = 5_000;
 
@@ -51,7 +53,9 @@ export function exchangeEveryMs(timeScale: number): number {
 
 /** The exchange's defaults (unscaled ms; the worker scales `everyMs` with exchangeEveryMs). */
 export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
-  everyMs: 60_000,
+  everyMs: 15_000,
+  settledEveryMs: 60_000,
+  youngExchanges: 8,
   maxAgeMs: 600_000,
   slots: 32,
   share: 64,
@@ -86,8 +90,12 @@ export interface SolveTimeExchangeOptions {
     recentObservations(type: CaptchaType, max: number): SolveTimeInterval[];
     setPeerObservations(type: CaptchaType, intervals: readonly SolveTimeInterval[]): void;
   };
-  /** Shortest wall-clock time between two exchanges. @default 60,000 */
+  /** Shortest wall-clock time between two of the first `youngExchanges` exchanges. @default 15,000 */
   everyMs?: number;
+  /** Shortest wall-clock time between two exchanges after those. @default 4 × everyMs */
+  settledEveryMs?: number;
+  /** Exchanges made every `everyMs` before the period becomes `settledEveryMs`. @default 8 */
+  youngExchanges?: number;
   /** Shared items older than this are ignored. @default 600,000 */
   maxAgeMs?: number;
   /** Items per type (environments share them by slot). @default 32 */
@@ -161,6 +169,8 @@ export class SolveTimeExchange {
   readonly #o: Required<Omit<SolveTimeExchangeOptions, 'now'>> & { now: () => number };
   readonly #slot: number;
   #lastAt = Number.NEGATIVE_INFINITY;
+  /** Exchanges started so far. */
+  #exchanges = 0;
   #running: Promise<ExchangeResult | undefined> | undefined;
   /** The types the last exchange gave peers to. */
   #peerTypes = new Set<CaptchaType>();
@@ -169,7 +179,15 @@ export class SolveTimeExchange {
   readonly #startedAt: number;
 
   constructor(o: SolveTimeExchangeOptions) {
-    this.#o = { ...SOLVE_TIME_EXCHANGE_DEFAULTS, now: Date.now, ...o };
+    this.#o = {
+      ...SOLVE_TIME_EXCHANGE_DEFAULTS,
+      now: Date.now,
+      ...o,
+      settledEveryMs:
+        o.settledEveryMs ??
+        ((o.everyMs ?? SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs) * SOLVE_TIME_EXCHANGE_DEFAULTS.settledEveryMs) /
+          SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs,
+    };
     this.#slot = randomInt(this.#o.slots);
     this.#startedAt = this.#o.now();
   }
@@ -188,8 +206,10 @@ export class SolveTimeExchange {
    */
   maybeExchange(): Promise<ExchangeResult | undefined> {
     const now = this.#o.now();
-    if (this.#running || now - this.#lastAt < this.#o.everyMs) return Promise.resolve(undefined);
+    const every = this.#exchanges < this.#o.youngExchanges ? this.#o.everyMs : this.#o.settledEveryMs;
+    if (this.#running || now - this.#lastAt < every) return Promise.resolve(undefined);
     this.#lastAt = now;
+    this.#exchanges += 1;
     this.#running = this.#exchange(now).finally(() => {
       this.#running = undefined;
     });

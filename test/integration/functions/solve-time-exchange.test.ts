@@ -7,6 +7,7 @@ import {
   encodeIntervals,
   SOLVE_TIMES_PARTITION,
   SolveTimeExchange,
+  type SolveTimeExchangeOptions,
 } from '../../../functions/pipeline/solve-time-exchange.js';
 import type { MotoServer } from '../../../local/emulator/moto.js';
 import { awsUsage, resetAwsUsage } from '../../../local/emulator/usage.js';
@@ -40,7 +41,7 @@ afterAll(async () => {
   await moto?.stop();
 });
 
-function environment(name: string, table = tableName) {
+function environment(name: string, table = tableName, options: Partial<SolveTimeExchangeOptions> = {}) {
   const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
   const exchange = new SolveTimeExchange({
     client: clients.ddb,
@@ -49,6 +50,7 @@ function environment(name: string, table = tableName) {
     schedule,
     everyMs: 15_000,
     now,
+    ...options,
   });
   return { schedule, exchange };
 }
@@ -126,7 +128,7 @@ describe('when an environment writes its answers', () => {
 
   it('writes a type first after 4 answers, again only after 16 new ones, and a single new one once its item is 300 s old', async () => {
     // Prepare
-    const { schedule, exchange } = environment('env-f');
+    const { schedule, exchange } = environment('env-f', tableName, { youngExchanges: 100 });
     const answer = (n: number) => {
       for (let i = 0; i < n; i++) schedule.observe('image', 2_000, 2_500 + i);
     };
@@ -153,6 +155,22 @@ describe('when an environment writes its answers', () => {
     expect(await exchangeLater()).toBe(0);
     // 20 answers and 19 exchanges: 3 PutItems, each under 1 KB, on the wire
     expect(await puts()).toEqual({ requests: 3, units: 3 });
+  });
+
+  it('reads every 15 s for its first 8 exchanges, then every 60 s', async () => {
+    // Prepare
+    const { exchange } = environment('env-h');
+    await resetAwsUsage(moto.endpoint);
+    // Act: a record every 15 s for 5 minutes
+    let made = 0;
+    for (let record = 0; record < 20; record++) {
+      if (await exchange.maybeExchange()) made += 1;
+      clock += 15_000;
+    }
+    // Assess: 8 young exchanges (0–105 s), then at 165, 225 and 285 s
+    expect(made).toBe(11);
+    const queries = (await awsUsage(moto.endpoint)).calls.filter((r) => r.operation === 'Query');
+    expect(queries.reduce((a, r) => a + r.requests, 0)).toBe(11);
   });
 
   it('keeps a full item of 64 answers at their longest under 1 KB: one write unit', async () => {
