@@ -18,15 +18,15 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
  * The solve-times table holds one partition (`pk` = "solve-times") of at most
  * `slots` × CAPTCHA types small items, `sk` = "<type>#<slot>". Each environment picks a slot at
  * random when it starts and, at most once per `everyMs` (`settledEveryMs` once it has made
- * `youngExchanges` exchanges), reads the partition (one Query) and
- * writes its last `share` answers of a type there (one PutItem of under 1 KB, one write unit)
- * when enough of them are new: `firstShare` answers for the type's first item, `shareEvery` new
- * ones since its last, or at least one new once the last is `refreshMs` old (so the item never
- * ages out while its environment still answers the type). A PutItem for each type at every
- * exchange cost up to 3.4 write units per solve, nearly the record's own row; shared every 16
- * answers it costs about 1/16. Two environments on one slot overwrite each other's item; their
- * next writes share again, so the partition stays bounded whatever the number of environments,
- * and no read is a scan. Items older than `maxAgeMs` are ignored (a plan that changed, environments long
+ * `youngExchanges` exchanges), reads the partition (one Query) and writes its last `share`
+ * answers of a type there (one PutItem of under 1 KB, one write unit) when enough of them are
+ * new: `firstShare` answers for the type's first item, `shareEvery` new ones since its last. A
+ * PutItem for each type at every exchange cost up to 3.4 write units per solve, more than half
+ * the record's own row; shared every 16 answers the exchange costs 1/16 of a write unit per solve,
+ * plus one per type in each environment's life (its first share). No write merely refreshes an item: an environment that
+ * answers a type slowly lets its item age out, and the others' items speak for the type. Two
+ * environments on one slot overwrite each other's item; their next writes share again, so the
+ * partition stays bounded whatever the number of environments, and no read is a scan. Items older than `maxAgeMs` are ignored (a plan that changed, environments long
  * gone) and expire through the table's TTL. The exchange runs beside a record's work, never in
  * its way: the worker starts it with the batch and awaits it at the end, and a failed exchange
  * only means this environment learns from its own answers until the next one.
@@ -62,7 +62,6 @@ export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
   keep: 256,
   firstShare: 4,
   shareEvery: 16,
-  refreshMs: 300_000,
   maxSolveMs: DEFAULT_TIMINGS.deadlineMs,
 } as const;
 
@@ -108,8 +107,6 @@ export interface SolveTimeExchangeOptions {
   firstShare?: number;
   /** New answers of a type that make its item worth writing again. @default 16 */
   shareEvery?: number;
-  /** An item this old is written again when at least one answer is new. @default 300,000 (half maxAgeMs) */
-  refreshMs?: number;
   /** The longest solve time an item may hold (unscaled ms). @default 120,000 (the task deadline) */
   maxSolveMs?: number;
   now?: () => number;
@@ -174,9 +171,8 @@ export class SolveTimeExchange {
   #running: Promise<ExchangeResult | undefined> | undefined;
   /** The types the last exchange gave peers to. */
   #peerTypes = new Set<CaptchaType>();
-  /** Per type, the answers counted and the time at its last written item. */
-  readonly #shared = new Map<CaptchaType, { answers: number; at: number }>();
-  readonly #startedAt: number;
+  /** Per type, the answers counted when its item was last written. */
+  readonly #shared = new Map<CaptchaType, number>();
 
   constructor(o: SolveTimeExchangeOptions) {
     this.#o = {
@@ -189,15 +185,13 @@ export class SolveTimeExchange {
           SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs,
     };
     this.#slot = randomInt(this.#o.slots);
-    this.#startedAt = this.#o.now();
   }
 
-  /** Whether the type's item is due: enough new answers, or one new and the item (or the environment) `refreshMs` old. */
-  #due(type: CaptchaType, now: number): boolean {
+  /** Whether the type's item is due: enough answers since its last (or for its first). */
+  #due(type: CaptchaType): boolean {
     const last = this.#shared.get(type);
-    const fresh = this.#o.schedule.answers(type) - (last?.answers ?? 0);
-    if (fresh >= (last ? this.#o.shareEvery : this.#o.firstShare)) return true;
-    return fresh >= 1 && now - (last?.at ?? this.#startedAt) >= this.#o.refreshMs;
+    const fresh = this.#o.schedule.answers(type) - (last ?? 0);
+    return fresh >= (last === undefined ? this.#o.firstShare : this.#o.shareEvery);
   }
 
   /**
@@ -220,7 +214,7 @@ export class SolveTimeExchange {
     const { client, tableName, environment, schedule, share } = this.#o;
     let written = 0;
     for (const type of schedule.types()) {
-      if (!this.#due(type, now)) continue;
+      if (!this.#due(type)) continue;
       const answers = schedule.answers(type);
       const own = schedule.recentObservations(type, share);
       if (own.length === 0) continue;
@@ -237,7 +231,7 @@ export class SolveTimeExchange {
           },
         }),
       );
-      this.#shared.set(type, { answers, at: now });
+      this.#shared.set(type, answers);
       written += 1;
     }
     const peers = new Map<CaptchaType, SolveTimeInterval[][]>();
