@@ -22,14 +22,16 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
  * answers of a type there (one PutItem of under 1 KB, one write unit) when enough of them are
  * new: `firstShare` answers for the type's first item, `shareEvery` new ones since its last. A
  * PutItem for each type at every exchange cost up to 3.4 write units per solve, more than half
- * the record's own row; shared every 16 answers the exchange costs 1/16 of a write unit per solve,
- * plus one per type in each environment's life (its first share). No write merely refreshes an item: an environment that
- * answers a type slowly lets its item age out, and the others' items speak for the type. Two
- * environments on one slot overwrite each other's item; their next writes share again, so the
- * partition stays bounded whatever the number of environments, and no read is a scan. Items older than `maxAgeMs` are ignored (a plan that changed, environments long
- * gone) and expire through the table's TTL. The exchange runs beside a record's work, never in
- * its way: the worker starts it with the batch and awaits it at the end, and a failed exchange
- * only means this environment learns from its own answers until the next one.
+ * the record's own row; shared every 16 answers the exchange costs 1/16 of a write unit per
+ * solve, plus one per type in each environment's life (its first share). No write merely
+ * refreshes an item: an environment that answers a type slowly lets its item age out, and the
+ * others' items speak for the type. Two environments on one slot overwrite each other's item;
+ * their next writes share again, so the partition stays bounded whatever the number of
+ * environments, and no read is a scan. Items older than `maxAgeMs` are ignored (a plan that
+ * changed, environments long gone) and expire through the table's TTL. The exchange runs beside
+ * a record's work, never in its way: the worker starts it with the batch and awaits it at the
+ * end, and a failed exchange only means this environment learns from its own answers until the
+ * next one.
  */
 
 export const SOLVE_TIMES_PARTITION = 'solve-times';
