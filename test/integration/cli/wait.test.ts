@@ -448,6 +448,7 @@ describe('threadgate wait on a cancelled batch', () => {
                   batch_id: batch,
                   status: 'submitted',
                   reason: 'OK',
+                  created_at: now,
                   updated_at: now,
                 },
               },
