@@ -184,7 +184,8 @@ async function* outcomeRows(aws: AwsContext, table: string, filter: Filter): Asy
 }
 
 /**
- * The rows of a batch (Query on the batch index) or of a list of keys (BatchGetItem), with the
+ * The rows of a batch (its keys by a Query on the batch index, which holds only what a waiter
+ * counts, then the whole rows by BatchGetItem) or of a list of keys (BatchGetItem), with the
  * --status / --since filters applied here: both reads are already narrow.
  */
 async function* selectedOutcomeRows(
@@ -194,7 +195,11 @@ async function* selectedOutcomeRows(
   filter: Filter,
 ): AsyncGenerator<Row> {
   const store = new OutcomesStore({ client: aws.clients.dynamodb, tableName: table });
-  for (const row of await selectedRows(store, selection)) {
+  const rows =
+    selection.kind === 'batch'
+      ? await store.batchFullRows(selection.batchId)
+      : await selectedRows(store, selection);
+  for (const row of rows) {
     if (filter.status !== undefined && row.status !== filter.status) continue;
     if (filter.reason !== undefined && row.reason !== filter.reason) continue;
     if (filter.since !== undefined && (row.updated_at ?? '') < filter.since) continue;

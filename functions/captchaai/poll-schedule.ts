@@ -213,6 +213,8 @@ interface TypeState {
   tasks: number;
   /** Of the last answers read on a learned plan: the calls each took, and what its schedule expected. */
   spent: { calls: number; expected: number }[];
+  /** Answers observed since the environment started (the solve-time exchange counts new ones by it). */
+  answers: number;
 }
 
 /**
@@ -255,6 +257,7 @@ export class LearnedPollSchedule implements PollSchedule {
         computedAt: 0,
         tasks: 0,
         spent: [],
+        answers: 0,
       };
       this.#types.set(type, s);
     }
@@ -265,6 +268,7 @@ export class LearnedPollSchedule implements PollSchedule {
     if (!(highMs >= 0) || !Number.isFinite(highMs)) return;
     const s = this.#state(type);
     s.summary.add({ lowMs: Math.min(lowMs, highMs), highMs });
+    s.answers += 1;
     if (calls !== undefined) this.#spend(s, calls);
   }
 
@@ -298,6 +302,11 @@ export class LearnedPollSchedule implements PollSchedule {
   /** The types this environment has planned or observed. */
   types(): CaptchaType[] {
     return [...this.#types.keys()];
+  }
+
+  /** Answers of a type this environment observed since it started (its own, not the peers'). */
+  answers(type: CaptchaType): number {
+    return this.#types.get(type)?.answers ?? 0;
   }
 
   /** This environment's last `max` answers of a type, oldest first (what it shares). */

@@ -17,24 +17,34 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
  *
  * The solve-times table holds one partition (`pk` = "solve-times") of at most
  * `slots` × CAPTCHA types small items, `sk` = "<type>#<slot>". Each environment picks a slot at
- * random when it starts and, at most once per `everyMs`, writes its last `share` answers of each
- * type there (one PutItem per type it has answers of) and reads the partition (one Query of a
- * few KB). Two environments on one slot overwrite each other's item; the next exchange writes
- * it again, so the partition stays bounded whatever the number of environments, and no read
- * is a scan. Items older than `maxAgeMs` are ignored (a plan that changed, environments long
- * gone) and expire through the table's TTL. The exchange runs beside a record's work, never in
- * its way: the worker starts it with the batch and awaits it at the end, and a failed exchange
- * only means this environment learns from its own answers until the next one.
+ * random when it starts and, at most once per `everyMs` (`settledEveryMs` once it has made
+ * `youngExchanges` exchanges), reads the partition (one Query) and writes its last `share`
+ * answers of a type there (one PutItem of under 1 KB, one write unit) when enough of them are
+ * new: `firstShare` answers for the type's first item, `shareEvery` new ones since its last. A
+ * PutItem for each type at every exchange cost up to 3.4 write units per solve, more than half
+ * the record's own row; shared every 16 answers the exchange costs 1/16 of a write unit per
+ * solve, plus one per type in each environment's life (its first share). No write merely
+ * refreshes an item: an environment that answers a type slowly lets its item age out, and the
+ * others' items speak for the type. Two environments on one slot overwrite each other's item;
+ * their next writes share again, so the partition stays bounded whatever the number of
+ * environments, and no read is a scan. Items older than `maxAgeMs` are ignored (a plan that
+ * changed, environments long gone) and expire through the table's TTL. The exchange runs beside
+ * a record's work, never in its way: the worker starts it with the batch and awaits it at the
+ * end, and a failed exchange only means this environment learns from its own answers until the
+ * next one.
  */
 
 export const SOLVE_TIMES_PARTITION = 'solve-times';
 
 /**
  * The least time between two exchanges of one environment, in real ms, at any time scale. An
- * exchange is a PutItem per type and a Query of the whole partition (up to 32 × 4 items of about
- * 1 KB), whose cost is real time, not CaptchaAI time: scaled down with the local stack's 0.01, one
+ * exchange is a Query of the whole partition (up to 32 × 4 items of about 1 KB) and the PutItems
+ * due, whose cost is real time, not CaptchaAI time: scaled down with the local stack's 0.01, one
  * came beside every record, and moto spent about 160 ms of its one Python thread on each Query,
- * most of what it served in the e2e suite and the load run. At time scale 1 the period is 15 s.
+ * most of what it served in the e2e suite and the load run. At time scale 1 the period is 15 s
+ * for an environment's first 8 exchanges (its first two minutes, when the others' answers help
+ * most), then 60 s: a full partition is about 128 KB, 16 read units a Query, which every 15 s came
+ * to more read units per solve at 20 one-lane threads than the record's own writes cost.
  */
 export const MIN_EXCHANGE_EVERY_MS = 5_000;
 
@@ -46,10 +56,14 @@ export function exchangeEveryMs(timeScale: number): number {
 /** The exchange's defaults (unscaled ms; the worker scales `everyMs` with exchangeEveryMs). */
 export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
   everyMs: 15_000,
+  settledEveryMs: 60_000,
+  youngExchanges: 8,
   maxAgeMs: 600_000,
   slots: 32,
   share: 64,
   keep: 256,
+  firstShare: 4,
+  shareEvery: 16,
   maxSolveMs: DEFAULT_TIMINGS.deadlineMs,
 } as const;
 
@@ -72,11 +86,17 @@ export interface SolveTimeExchangeOptions {
   /** The learned schedule whose answers are shared and which hears the others'. */
   schedule: {
     types(): CaptchaType[];
+    /** Answers of a type this environment observed since it started. */
+    answers(type: CaptchaType): number;
     recentObservations(type: CaptchaType, max: number): SolveTimeInterval[];
     setPeerObservations(type: CaptchaType, intervals: readonly SolveTimeInterval[]): void;
   };
-  /** Shortest wall-clock time between two exchanges. @default 15,000 */
+  /** Shortest wall-clock time between two of the first `youngExchanges` exchanges. @default 15,000 */
   everyMs?: number;
+  /** Shortest wall-clock time between two exchanges after those. @default 4 × everyMs */
+  settledEveryMs?: number;
+  /** Exchanges made every `everyMs` before the period becomes `settledEveryMs`. @default 8 */
+  youngExchanges?: number;
   /** Shared items older than this are ignored. @default 600,000 */
   maxAgeMs?: number;
   /** Items per type (environments share them by slot). @default 32 */
@@ -85,13 +105,17 @@ export interface SolveTimeExchangeOptions {
   share?: number;
   /** Others' answers kept per type, an even part of each item. @default 256 */
   keep?: number;
+  /** Answers of a type before its first item is written. @default 4 */
+  firstShare?: number;
+  /** New answers of a type that make its item worth writing again. @default 16 */
+  shareEvery?: number;
   /** The longest solve time an item may hold (unscaled ms). @default 120,000 (the task deadline) */
   maxSolveMs?: number;
   now?: () => number;
 }
 
 export interface ExchangeResult {
-  /** Items written (one per type this environment has answers of). */
+  /** Items written (one per type with enough new answers). */
   written: number;
   /** Answers read from other environments, all types. */
   read: number;
@@ -144,13 +168,32 @@ export class SolveTimeExchange {
   readonly #o: Required<Omit<SolveTimeExchangeOptions, 'now'>> & { now: () => number };
   readonly #slot: number;
   #lastAt = Number.NEGATIVE_INFINITY;
+  /** Exchanges started so far. */
+  #exchanges = 0;
   #running: Promise<ExchangeResult | undefined> | undefined;
   /** The types the last exchange gave peers to. */
   #peerTypes = new Set<CaptchaType>();
+  /** Per type, the answers counted when its item was last written. */
+  readonly #shared = new Map<CaptchaType, number>();
 
   constructor(o: SolveTimeExchangeOptions) {
-    this.#o = { ...SOLVE_TIME_EXCHANGE_DEFAULTS, now: Date.now, ...o };
+    this.#o = {
+      ...SOLVE_TIME_EXCHANGE_DEFAULTS,
+      now: Date.now,
+      ...o,
+      settledEveryMs:
+        o.settledEveryMs ??
+        ((o.everyMs ?? SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs) * SOLVE_TIME_EXCHANGE_DEFAULTS.settledEveryMs) /
+          SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs,
+    };
     this.#slot = randomInt(this.#o.slots);
+  }
+
+  /** Whether the type's item is due: enough answers since its last (or for its first). */
+  #due(type: CaptchaType): boolean {
+    const last = this.#shared.get(type);
+    const fresh = this.#o.schedule.answers(type) - (last ?? 0);
+    return fresh >= (last === undefined ? this.#o.firstShare : this.#o.shareEvery);
   }
 
   /**
@@ -159,8 +202,10 @@ export class SolveTimeExchange {
    */
   maybeExchange(): Promise<ExchangeResult | undefined> {
     const now = this.#o.now();
-    if (this.#running || now - this.#lastAt < this.#o.everyMs) return Promise.resolve(undefined);
+    const every = this.#exchanges < this.#o.youngExchanges ? this.#o.everyMs : this.#o.settledEveryMs;
+    if (this.#running || now - this.#lastAt < every) return Promise.resolve(undefined);
     this.#lastAt = now;
+    this.#exchanges += 1;
     this.#running = this.#exchange(now).finally(() => {
       this.#running = undefined;
     });
@@ -171,6 +216,8 @@ export class SolveTimeExchange {
     const { client, tableName, environment, schedule, share } = this.#o;
     let written = 0;
     for (const type of schedule.types()) {
+      if (!this.#due(type)) continue;
+      const answers = schedule.answers(type);
       const own = schedule.recentObservations(type, share);
       if (own.length === 0) continue;
       await client.send(
@@ -186,6 +233,7 @@ export class SolveTimeExchange {
           },
         }),
       );
+      this.#shared.set(type, answers);
       written += 1;
     }
     const peers = new Map<CaptchaType, SolveTimeInterval[][]>();

@@ -1,19 +1,35 @@
 import { RemovalPolicy } from 'aws-cdk-lib';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import { Construct } from 'constructs';
-import { BATCH_INDEX_NAME } from '../../functions/records/store.js';
+import {
+  BATCH_INDEX_ATTRIBUTES,
+  BATCH_INDEX_NAME,
+  BATCH_INDEX_SORT_KEY,
+} from '../../functions/records/store.js';
 
 export interface OutcomesTableProps {
   /** @default RemovalPolicy.RETAIN — outcomes are the record of what was submitted. */
   readonly removalPolicy?: RemovalPolicy;
   /** A DynamoDB stream with new and old images, for the outcome stream. @default false */
   readonly stream?: boolean;
+  /**
+   * Keeps the batch index of 0.1.0 (PREVIOUS_BATCH_INDEX_NAME) beside today's, for the
+   * one deploy of an upgrade: DynamoDB creates or deletes one global secondary index per table
+   * update, so a stack deployed with the old index takes two deploys, the first with this (the new
+   * index is created), the second without it (the old one is deleted); CHANGELOG.md says how.
+   * Also the CDK context `keepPreviousBatchIndex=true`. @default false
+   */
+  readonly keepPreviousBatchIndex?: boolean;
 }
+
+/** The batch index before created_at became its sort key (every attribute projected, sort updated_at). */
+export const PREVIOUS_BATCH_INDEX_NAME = 'batch_id-updated_at';
 
 /**
  * One outcome row per `record_key` (see docs/design.md "Outcome row"); on-demand, with point-in-time recovery. The batch index
- * (batch_id + updated_at, all attributes) reads one batch's rows without a scan; rows without a
- * batch_id are not in it.
+ * (batch_id + created_at, projecting status and reason) reads one batch's rows without a scan;
+ * rows without a batch_id are not in it. Its key and projection keep a record's index writes to
+ * two (functions/records/store.ts BATCH_INDEX_NAME).
  */
 export class OutcomesTable extends Construct {
   readonly table: dynamodb.Table;
@@ -31,8 +47,19 @@ export class OutcomesTable extends Construct {
     this.table.addGlobalSecondaryIndex({
       indexName: BATCH_INDEX_NAME,
       partitionKey: { name: 'batch_id', type: dynamodb.AttributeType.STRING },
-      sortKey: { name: 'updated_at', type: dynamodb.AttributeType.STRING },
-      projectionType: dynamodb.ProjectionType.ALL,
+      sortKey: { name: BATCH_INDEX_SORT_KEY, type: dynamodb.AttributeType.STRING },
+      projectionType: dynamodb.ProjectionType.INCLUDE,
+      nonKeyAttributes: [...BATCH_INDEX_ATTRIBUTES],
     });
+    const keepPrevious =
+      props.keepPreviousBatchIndex ?? String(this.node.tryGetContext('keepPreviousBatchIndex')) === 'true';
+    if (keepPrevious) {
+      this.table.addGlobalSecondaryIndex({
+        indexName: PREVIOUS_BATCH_INDEX_NAME,
+        partitionKey: { name: 'batch_id', type: dynamodb.AttributeType.STRING },
+        sortKey: { name: 'updated_at', type: dynamodb.AttributeType.STRING },
+        projectionType: dynamodb.ProjectionType.ALL,
+      });
+    }
   }
 }

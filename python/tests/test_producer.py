@@ -113,6 +113,15 @@ def rows(**counts):
     return [{"record_key": f"{s}{i}", "status": s} for s, n in counts.items() for i in range(n)]
 
 
+def batch_get(items):
+    """A fake BatchGetItem over `items` (DynamoDB JSON): the whole rows of the keys asked for."""
+    def batch_get_item(self, RequestItems):
+        (table, spec), = RequestItems.items()
+        wanted = {k["record_key"]["S"] for k in spec["Keys"]}
+        return {"Responses": {table: [i for i in items if i["record_key"]["S"] in wanted]}}
+    return batch_get_item
+
+
 class WaitRules(unittest.TestCase):
     def test_done_codes(self):
         self.assertEqual(tally(rows(submitted=3), 3)[2], ("done", tg.EXIT_OK))
@@ -130,7 +139,8 @@ class WaitRules(unittest.TestCase):
         self.assertEqual(tally(refused, 4)[2], ("done", tg.EXIT_BAD_TASK))
         self.assertEqual(tg.form_refusals(refused), {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1})
         items = [{k: {"S": v} for k, v in r.items()} for r in refused]
-        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {}})()
+        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {},
+                                  "batch_get_item": batch_get(items)})()
         result = tg.wait("t", "b", expect=4, dynamodb=dynamodb, sleep=lambda s: None)
         self.assertEqual((result.exit_code, result.form_refused), (2, {"FORM_REJECTED": 1, "FORM_UNCONFIRMED": 1}))
         self.assertIn("the form said no: FORM_REJECTED 1, FORM_UNCONFIRMED 1", result.message)
@@ -145,7 +155,8 @@ class WaitRules(unittest.TestCase):
 
     def test_expect_0_is_done_at_once_unless_a_row_carries_the_batch(self):
         def table(items):
-            return type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {}})()
+            return type("D", (), {"query": lambda self, **kw: {"Items": items}, "get_item": lambda self, **kw: {},
+                                  "batch_get_item": batch_get(items)})()
 
         empty = tg.wait("t", "b", expect=0, dynamodb=table([]), sleep=lambda s: None)
         self.assertEqual((empty.end, empty.exit_code, empty.counts), ("done", tg.EXIT_OK, {}))
@@ -157,9 +168,9 @@ class WaitRules(unittest.TestCase):
 
     def test_times_out_with_4(self):
         clock = iter(range(0, 1000, 5))
-        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": [
-            {"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]},
-            "get_item": lambda self, **kw: {}})()
+        items = [{"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]
+        dynamodb = type("D", (), {"query": lambda self, **kw: {"Items": items},
+                                  "get_item": lambda self, **kw: {}, "batch_get_item": batch_get(items)})()
         result = tg.wait("t", "b", expect=1, timeout_s=10, dynamodb=dynamodb, sleep=lambda s: None,
                          now=lambda: next(clock))
         self.assertEqual((result.end, result.exit_code, result.counts), ("timeout", 4, {"in_progress": 1}))
@@ -168,6 +179,43 @@ class WaitRules(unittest.TestCase):
         self.assertIn("1 of 1 records not ended: 1 in progress, 0 without a row yet", result.message)
         self.assertIn("threadgate wait --batch b --expect 1", result.message)
 
+
+class BatchReads(unittest.TestCase):
+    """The batch index holds status and reason only: waits poll it, whole rows are read by key."""
+
+    def table(self):
+        whole = [{"record_key": {"S": k}, "batch_id": {"S": "b"}, "status": {"S": st}, "attempts": {"N": "1"},
+                  "created_at": {"S": c}} for k, st, c in (("z", "submitted", "1"), ("a", "in_progress", "2"))]
+        polls = iter([[{k: i[k] for k in ("record_key", "batch_id", "created_at", "status")} for i in whole],
+                      [{**{k: i[k] for k in ("record_key", "batch_id", "created_at")}, "status": {"S": "submitted"}}
+                       for i in whole]])
+        calls = {"query": [], "batch_get_item": 0}
+
+        class D:
+            def query(self, **kw):
+                calls["query"].append(kw["IndexName"])
+                return {"Items": next(polls)}
+
+            def get_item(self, **kw):
+                return {}
+
+            def batch_get_item(self, RequestItems):
+                calls["batch_get_item"] += 1
+                return batch_get([{**i, "status": {"S": "submitted"}} for i in whole])(self, RequestItems)
+        return D(), calls
+
+    def test_wait_polls_the_index_and_reads_the_whole_rows_once_at_the_end(self):
+        dynamodb, calls = self.table()
+        result = tg.wait("t", "b", expect=2, dynamodb=dynamodb, sleep=lambda s: None)
+        self.assertEqual((result.end, result.exit_code), ("done", tg.EXIT_OK))
+        self.assertEqual(calls, {"query": ["batch_id-created_at"] * 2, "batch_get_item": 1})
+        self.assertEqual([(r["record_key"], r["attempts"]) for r in result.rows], [("z", 1), ("a", 1)])
+
+    def test_batch_outcomes_gives_whole_rows_in_the_index_order(self):
+        dynamodb, calls = self.table()
+        rows = tg.batch_outcomes("t", "b", dynamodb=dynamodb)
+        self.assertEqual([(r["record_key"], r["attempts"]) for r in rows], [("z", 1), ("a", 1)])
+        self.assertEqual(calls["batch_get_item"], 1)
 
 class Tenants(unittest.TestCase):
     def sent_groups(self, records, **kw):
@@ -206,6 +254,8 @@ class CancelRules(unittest.TestCase):
 
             def put_item(self, **kw):
                 self.puts.append(kw)
+
+            batch_get_item = batch_get(rows_)
         return D()
 
     def test_a_cancelled_batch_ends_the_wait_with_5_once_nothing_is_in_progress(self):

@@ -7,8 +7,9 @@ from typing import Dict, List, Optional
 
 from . import _aws
 
-#: The outcomes table's index on batch_id + updated_at (every attribute projected).
-BATCH_INDEX = "batch_id-updated_at"
+#: The outcomes table's index on batch_id + created_at; it holds each row's status and reason
+#: (what a wait counts), so the whole rows of a batch are read by key.
+BATCH_INDEX = "batch_id-created_at"
 #: Statuses after which a record is done: final rows, and `stopped` (its message is in the DLQ).
 ENDED = ("submitted", "failed", "rejected", "cancelled", "stopped")
 #: `threadgate wait`'s exit codes.
@@ -47,7 +48,15 @@ def stack_outputs(stack_name: str = "Threadgate", *, cloudformation=None) -> Dic
 
 
 def batch_outcomes(table_name: str, batch_id: str, *, dynamodb=None) -> List[dict]:
-    """Every outcome row of one batch: a Query on the batch index (no scan). Never a token."""
+    """Every outcome row of one batch, whole: its keys by a Query on the batch index (no scan),
+    then the rows by key (key_outcomes), in the order the records were first claimed. Never a token."""
+    index_rows = _batch_index_rows(table_name, batch_id, dynamodb=dynamodb)
+    rows = key_outcomes(table_name, [r["record_key"] for r in index_rows], dynamodb=dynamodb)
+    return [rows[r["record_key"]] for r in index_rows if r["record_key"] in rows]
+
+
+def _batch_index_rows(table_name: str, batch_id: str, *, dynamodb=None) -> List[dict]:
+    """One batch's rows as the batch index holds them: record_key, batch_id, created_at, status, reason."""
     client = _client("dynamodb", dynamodb)
     rows, start = [], None
     while True:
@@ -241,14 +250,17 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
         # When this look started: only a look after the cancel's bound sees every record a worker
         # could still have been working on.
         looked_at = clock()
-        rows = batch_outcomes(table_name, batch_id, dynamodb=dynamodb)
+        # Each poll reads the batch index only (status and reason); the result's rows are read whole, once.
+        rows = _batch_index_rows(table_name, batch_id, dynamodb=dynamodb)
         counts, ended, verdict = tally(rows, expect)
         cancel = cancelled(table_name, batch_id, dynamodb=dynamodb)
 
         refused = form_refusals(rows)
 
         def result(end, exit_code, message):
-            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, rows, cancel, refused)
+            found = key_outcomes(table_name, [r["record_key"] for r in rows], dynamodb=dynamodb) if rows else {}
+            whole = [found.get(r["record_key"], r) for r in rows]
+            return WaitResult(batch_id, expect, ended, counts, end, exit_code, message, whole, cancel, refused)
 
         if verdict == ("too_many", EXIT_BAD_TASK):
             return result("too_many", EXIT_BAD_TASK,

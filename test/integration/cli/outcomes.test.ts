@@ -164,6 +164,9 @@ describe('threadgate outcomes', () => {
       .map((l) => JSON.parse(l));
     expect(rows.map((r) => r.record_key).sort()).toEqual(ROWS.slice(100).map((r) => r.record_key));
     expect(rows.every((r) => r.batch_id === 'batch-b')).toBe(true);
+    // Whole rows, not the index's five attributes: the columns the index does not hold are there.
+    const { debug_blob: _, ...whole } = ROWS[100]!;
+    expect(rows.find((r) => r.record_key === 'rec-100')).toEqual(whole);
     expect(all.stderr).toContain('30 outcome rows of batch "batch-b"');
     const csv = failed.stdout.trim().split('\n');
     expect(csv.slice(1).map((l) => l.split(',')[0])).toEqual(
@@ -171,7 +174,7 @@ describe('threadgate outcomes', () => {
         .filter((r) => r.status === 'failed')
         .map((r) => r.record_key)
         .sort()
-        .reverse(), // the batch index orders by updated_at: newest rows are the lowest numbers
+        .reverse(), // the batch index orders by created_at: newest rows are the lowest numbers
     );
   });
 

@@ -464,6 +464,7 @@ describe('threadgate wait on a cancelled batch', () => {
       batch_id: batch,
       status: 'submitted',
       reason: 'OK',
+      created_at: now,
       updated_at: now,
     });
     await done();

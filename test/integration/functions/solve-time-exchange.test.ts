@@ -7,8 +7,10 @@ import {
   encodeIntervals,
   SOLVE_TIMES_PARTITION,
   SolveTimeExchange,
+  type SolveTimeExchangeOptions,
 } from '../../../functions/pipeline/solve-time-exchange.js';
 import type { MotoServer } from '../../../local/emulator/moto.js';
+import { awsUsage, resetAwsUsage } from '../../../local/emulator/usage.js';
 import { type AwsClients, clientsFor, startMoto } from '../../fixtures/aws.js';
 
 let moto: MotoServer;
@@ -39,7 +41,7 @@ afterAll(async () => {
   await moto?.stop();
 });
 
-function environment(name: string, table = tableName) {
+function environment(name: string, table = tableName, options: Partial<SolveTimeExchangeOptions> = {}) {
   const schedule = new LearnedPollSchedule(DEFAULT_TIMINGS);
   const exchange = new SolveTimeExchange({
     client: clients.ddb,
@@ -48,6 +50,7 @@ function environment(name: string, table = tableName) {
     schedule,
     everyMs: 15_000,
     now,
+    ...options,
   });
   return { schedule, exchange };
 }
@@ -85,13 +88,14 @@ describe('solve times shared through DynamoDB', () => {
 
   it('does not read its own item back, and exchanges at most once per interval', async () => {
     const a = environment('env-c');
-    a.schedule.observe('turnstile', 0, 4_000);
+    for (let i = 0; i < 4; i++) a.schedule.observe('turnstile', 0, 4_000 + i);
     const first = await a.exchange.maybeExchange();
-    // The other answers in the table are env-a's ten (recaptcha_v2); env-c's own one is skipped.
+    // The other answers in the table are env-a's ten (recaptcha_v2); env-c's own four are skipped.
     expect(first).toEqual({ written: 1, read: 10 });
     await expect(a.exchange.maybeExchange()).resolves.toBeUndefined();
     clock += 15_000;
-    await expect(a.exchange.maybeExchange()).resolves.toEqual({ written: 1, read: 10 });
+    // Nothing new to share: the next exchange only reads.
+    await expect(a.exchange.maybeExchange()).resolves.toEqual({ written: 0, read: 10 });
   });
 
   it('ignores items older than the maximum age and intervals that do not parse', async () => {
@@ -99,16 +103,85 @@ describe('solve times shared through DynamoDB', () => {
     await putItem('recaptcha_v3#30', 'env-bad', '1000-2000,garbage,-5-3,9000-100,3000-3500', clock);
     const d = environment('env-d');
     const r = await d.exchange.maybeExchange();
-    // env-a's 10, env-c's 1 and env-bad's 2 well-formed pairs; env-old is past the maximum age.
-    expect(r).toEqual({ written: 0, read: 13 });
+    // env-a's 10, env-c's 4 and env-bad's 2 well-formed pairs; env-old is past the maximum age.
+    expect(r).toEqual({ written: 0, read: 16 });
     expect(d.schedule.scheduleOf('image')).toBeUndefined();
   });
 
   it('rejects when the table cannot be reached, and tries again at the next interval', async () => {
     const e = environment('env-e', 'no-such-table');
-    e.schedule.observe('recaptcha_v2', 0, 15_000);
+    for (let i = 0; i < 4; i++) e.schedule.observe('recaptcha_v2', 0, 15_000);
     await expect(e.exchange.maybeExchange()).rejects.toThrow();
     await expect(e.exchange.maybeExchange()).resolves.toBeUndefined();
+  });
+});
+
+describe('when an environment writes its answers', () => {
+  /** PutItems moto served since the last reset, and their write units (local/emulator/usage.py). */
+  async function puts() {
+    const rows = (await awsUsage(moto.endpoint)).calls.filter((r) => r.operation === 'PutItem');
+    return {
+      requests: rows.reduce((a, r) => a + r.requests, 0),
+      units: rows.reduce((a, r) => a + r.write_units, 0),
+    };
+  }
+
+  it('writes a type first after 4 answers, then again only after 16 new ones', async () => {
+    // Prepare
+    const { schedule, exchange } = environment('env-f', tableName, { youngExchanges: 100 });
+    const answer = (n: number) => {
+      for (let i = 0; i < n; i++) schedule.observe('image', 2_000, 2_500 + i);
+    };
+    const exchangeLater = async () => {
+      clock += 15_000;
+      return (await exchange.maybeExchange())?.written;
+    };
+    await resetAwsUsage(moto.endpoint);
+    // Act / Assess: a record's answer at a time, as a worker with one lane exchanges beside them
+    answer(3);
+    expect(await exchangeLater()).toBe(0);
+    answer(1);
+    expect(await exchangeLater()).toBe(1);
+    const shared: number[] = [];
+    for (let record = 0; record < 16; record++) {
+      answer(1);
+      shared.push((await exchangeLater()) ?? 0);
+    }
+    expect(shared).toEqual([...Array(15).fill(0), 1]);
+    // No new answer, however old the item: nothing to write.
+    clock += 600_000;
+    expect(await exchangeLater()).toBe(0);
+    // 20 answers and 19 exchanges: 2 PutItems, each under 1 KB, on the wire
+    expect(await puts()).toEqual({ requests: 2, units: 2 });
+  });
+
+  it('reads every 15 s for its first 8 exchanges, then every 60 s', async () => {
+    // Prepare
+    const { exchange } = environment('env-h');
+    await resetAwsUsage(moto.endpoint);
+    // Act: a record every 15 s for 5 minutes
+    let made = 0;
+    for (let record = 0; record < 20; record++) {
+      if (await exchange.maybeExchange()) made += 1;
+      clock += 15_000;
+    }
+    // Assess: 8 young exchanges (0–105 s), then at 165, 225 and 285 s
+    expect(made).toBe(11);
+    const queries = (await awsUsage(moto.endpoint)).calls.filter((r) => r.operation === 'Query');
+    expect(queries.reduce((a, r) => a + r.requests, 0)).toBe(11);
+  });
+
+  it('keeps a full item of 64 answers at their longest under 1 KB: one write unit', async () => {
+    // Prepare
+    // The worker names its environment by a UUID (36 characters), and the longest type is enterprise.
+    const { schedule, exchange } = environment(`env-g-${'0'.repeat(30)}`);
+    for (let i = 0; i < 64; i++) schedule.observe('recaptcha_enterprise', 119_000 + i, 119_900 + i);
+    await resetAwsUsage(moto.endpoint);
+    // Act
+    clock += 15_000;
+    await exchange.maybeExchange();
+    // Assess
+    expect(await puts()).toEqual({ requests: 1, units: 1 });
   });
 });
 

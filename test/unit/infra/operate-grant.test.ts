@@ -114,7 +114,8 @@ const SHARED = [
 /** Calls in those files that no operator command makes, each with why. */
 const NOT_CALLED: Record<string, string> = {
   'lambda:ListEventSourceMappings': 'control.ts: the CLI passes the mapping UUID from the stack outputs',
-  'ssm:GetParameters': "control.ts: the worker's read of the state and the lane shape together; status reads the shape alone",
+  'ssm:GetParameters':
+    "control.ts: the worker's read of the state and the lane shape together; status reads the shape alone",
   'dynamodb:UpdateItem': "store.ts: the worker's writes; the CLI only reads rows through it",
 };
 

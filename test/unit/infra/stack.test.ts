@@ -135,23 +135,44 @@ describe('ThreadgateStack with default settings', () => {
     });
   });
 
-  it('indexes outcome rows by batch_id and updated_at, with every attribute, so a batch is read without a scan', () => {
+  it('indexes outcome rows by batch_id and created_at, with only status and reason, so a batch is read without a scan', () => {
     template.hasResourceProperties('AWS::DynamoDB::Table', {
       AttributeDefinitions: Match.arrayWith([
         { AttributeName: 'batch_id', AttributeType: 'S' },
-        { AttributeName: 'updated_at', AttributeType: 'S' },
+        { AttributeName: 'created_at', AttributeType: 'S' },
       ]),
       GlobalSecondaryIndexes: [
         {
-          IndexName: 'batch_id-updated_at',
+          IndexName: 'batch_id-created_at',
           KeySchema: [
             { AttributeName: 'batch_id', KeyType: 'HASH' },
-            { AttributeName: 'updated_at', KeyType: 'RANGE' },
+            { AttributeName: 'created_at', KeyType: 'RANGE' },
           ],
-          Projection: { ProjectionType: 'ALL' },
+          Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['status', 'reason'] },
         },
       ],
     });
+  });
+
+  it('keeps the 0.1.0 batch index beside the new one with -c keepPreviousBatchIndex=true (one index created per deploy of an upgrade)', () => {
+    // Prepare: as `cdk deploy -c keepPreviousBatchIndex=true` gives it
+    const app = new App({ context: { 'aws:cdk:bundling-stacks': [], keepPreviousBatchIndex: 'true' } });
+    const stack = new ThreadgateStack(app, 'Threadgate', { settings: { allowedHosts: HOSTS } });
+    // Act
+    const indexes = Template.fromStack(stack).findResources('AWS::DynamoDB::Table') as Record<
+      string,
+      Resource
+    >;
+    const names = Object.values(indexes).flatMap((t) =>
+      ((t.Properties.GlobalSecondaryIndexes ?? []) as { IndexName: string; Projection: unknown }[]).map(
+        (i) => [i.IndexName, i.Projection],
+      ),
+    );
+    // Assess: the 0.1.0 index unchanged (not recreated), the new one added
+    expect(names).toEqual([
+      ['batch_id-created_at', { ProjectionType: 'INCLUDE', NonKeyAttributes: ['status', 'reason'] }],
+      ['batch_id-updated_at', { ProjectionType: 'ALL' }],
+    ]);
   });
 
   it('publishes outcomes from the table stream (new and old images) to an encrypted outcomes queue', () => {

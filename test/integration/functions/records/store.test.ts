@@ -11,6 +11,7 @@ import { decidePriorPhase } from '../../../../functions/records/decisions.js';
 import { OutcomesStore, WRITE_TRIES } from '../../../../functions/records/store.js';
 import { addAwsFaults, awsFaults, clearAwsFaults } from '../../../../local/emulator/fault-client.js';
 import { MOTO_REGION, type MotoServer } from '../../../../local/emulator/moto.js';
+import { awsUsage, resetAwsUsage } from '../../../../local/emulator/usage.js';
 import { type AwsClients, clientsFor, createOutcomeTable, startMoto } from '../../../fixtures/aws.js';
 
 let moto: MotoServer;
@@ -464,7 +465,7 @@ describe('outcomes store (moto DynamoDB)', () => {
     // Assess
     expect(rows).toHaveLength(1);
     expect(sent).toEqual([
-      { name: 'QueryCommand', index: 'batch_id-updated_at' },
+      { name: 'QueryCommand', index: 'batch_id-created_at' },
       { name: 'BatchGetItemCommand', index: undefined },
     ]);
   });
@@ -510,6 +511,109 @@ function clientWithoutConditionItem(gets: Record<string, unknown>[]): DynamoDBCl
   );
   return client;
 }
+
+/**
+ * The write units a record's row costs, as DynamoDB bills them: the moto launcher works them out
+ * from the item before and after each write and the batch index's key and projection
+ * (local/emulator/usage.py), not from what the store thinks it wrote.
+ */
+describe('outcomes store write units (moto launcher usage counts)', () => {
+  async function unitsOf(act: () => Promise<unknown>) {
+    await resetAwsUsage(moto.endpoint);
+    await act();
+    const writes = (await awsUsage(moto.endpoint)).calls.filter((r) => r.operation === 'UpdateItem');
+    const sum = (f: (r: (typeof writes)[number]) => number) => writes.reduce((a, r) => a + f(r), 0);
+    return {
+      requests: sum((r) => r.requests),
+      table: sum((r) => r.write_units),
+      index: sum((r) => r.index_write_units),
+    };
+  }
+
+  it('writes a record of a batch in 4 table units and 2 index units: its claim enters the index, its final write changes it', async () => {
+    // Prepare
+    const k = key();
+    const owner = 'w-units';
+    // Act: every marker the invariants need (claim, task, posting_at, the final write)
+    const units = await unitsOf(async () => {
+      await store.claim(k, { owner, ...lease, batchId: `batch-${k}` });
+      await store.markSubmitted(k, owner, { taskId: 't-1', submittedAt: clock, attempts: 1 });
+      await store.markPosting(k, owner);
+      clock += 1_000;
+      await store.finish(k, owner, { status: 'submitted', reason: 'OK', targetStatus: 200, solveMs: 20_000 });
+    });
+    // Assess
+    expect(units).toEqual({ requests: 4, table: 4, index: 2 });
+    expect(await store.get(k)).toMatchObject({ status: 'submitted', task_id: 't-1', attempts: 1 });
+  });
+
+  it('writes no index entry for a release or the claim that takes the released record again', async () => {
+    // Prepare
+    const k = key();
+    await store.claim(k, { owner: 'w-first', ...lease, batchId: `batch-${k}` });
+    await store.markSubmitted(k, 'w-first', { taskId: 't-1', submittedAt: clock, attempts: 1 });
+    // Act: a transient failure gives the claim up; the redelivery claims and ends the record
+    const units = await unitsOf(async () => {
+      clock += 1_000;
+      await store.release(k, 'w-first');
+      await store.claim(k, { owner: 'w-second', ...lease, batchId: `batch-${k}` });
+      await store.finish(k, 'w-second', {
+        status: 'failed',
+        reason: 'ERROR_CAPTCHA_UNSOLVABLE',
+        attempts: 1,
+      });
+    });
+    // Assess: only the final write's new status reaches the index
+    expect(units).toEqual({ requests: 3, table: 3, index: 1 });
+  });
+
+  it('keeps only status and reason in the batch index, and reads whole rows of a batch by key in the index order', async () => {
+    // Prepare
+    const batch = `batch-${key()}`;
+    const [first, second] = [key(), key()];
+    await store.claim(first, { owner: 'w-a', ...lease, batchId: batch });
+    clock += 1_000;
+    await store.claim(second, { owner: 'w-a', ...lease, batchId: batch });
+    await store.finish(second, 'w-a', {
+      status: 'failed',
+      reason: 'FORM_REJECTED',
+      expectRule: 'status',
+      attempts: 1,
+    });
+    // Act
+    const indexed = [];
+    for await (const row of store.batchRows(batch)) indexed.push(row);
+    const whole = await store.batchFullRows(batch);
+    // Assess
+    expect(indexed).toEqual([
+      {
+        record_key: first,
+        batch_id: batch,
+        created_at: new Date(clock - 1_000).toISOString(),
+        status: 'in_progress',
+      },
+      {
+        record_key: second,
+        batch_id: batch,
+        created_at: new Date(clock).toISOString(),
+        status: 'failed',
+        reason: 'FORM_REJECTED',
+      },
+    ]);
+    expect(whole.map((r) => r.record_key)).toEqual([first, second]);
+    expect(whole[0]).toMatchObject({
+      status: 'in_progress',
+      lease_owner: 'w-a',
+      captcha_type: 'recaptcha_v2',
+    });
+    expect(whole[1]).toMatchObject({
+      status: 'failed',
+      expect_rule: 'status',
+      attempts: 1,
+      updated_at: expect.any(String),
+    });
+  });
+});
 
 describe('outcomes store when a conditional failure carries no item (DynamoDB Local)', () => {
   it('reads the row consistently and reports a finished record as finished', async () => {

@@ -77,7 +77,7 @@ describe('moto launcher usage counts', () => {
         Item: {
           record_key: { S: 'b' },
           batch_id: { S: 'batch-1' },
-          updated_at: { S: '2026-12-03T12:00:00Z' },
+          created_at: { S: '2026-12-03T12:00:00Z' },
         },
       }),
     );
@@ -108,11 +108,11 @@ describe('moto launcher usage counts', () => {
   });
 
   it('moves an index entry with two index writes when its key changes', async () => {
-    const put = (updatedAt: string) =>
+    const put = (createdAt: string) =>
       harness.send(
         new PutItemCommand({
           TableName: TABLE,
-          Item: { record_key: { S: 'd' }, batch_id: { S: 'b' }, updated_at: { S: updatedAt } },
+          Item: { record_key: { S: 'd' }, batch_id: { S: 'b' }, created_at: { S: createdAt } },
         }),
       );
     await put('1');
