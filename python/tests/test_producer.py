@@ -289,6 +289,10 @@ class CancelRules(unittest.TestCase):
                 assert kw["ProjectionExpression"].split(", ") == list(tg.outcomes.CANCEL_ITEM_ATTRIBUTES), kw
                 return {"Item": cancel}
 
+            def batch_get_item(self, **kw):
+                # The result's whole rows, read by key once the wait ends.
+                return {"Responses": {"t": rows_now()}}
+
         def sleep(s):
             clock["t"] += s
         result = tg.wait("t", "b", expect=3, dynamodb=D(), sleep=sleep, clock=lambda: clock["t"],
