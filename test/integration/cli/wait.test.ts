@@ -499,7 +499,14 @@ describe('threadgate wait on a cancelled batch', () => {
     // Act: the wait starts; 2 s later the stale worker claims the record, and posts it 2 s after that.
     const running = wait(['--batch', batch, '--expect', '2', '--json']);
     const put = (status: string) =>
-      putRow({ record_key: late, batch_id: batch, status, updated_at: new Date().toISOString() });
+      // created_at is the batch index's sort key: the claim writes it, the final write keeps it.
+      putRow({
+        record_key: late,
+        batch_id: batch,
+        status,
+        created_at: now,
+        updated_at: new Date().toISOString(),
+      });
     await new Promise((resolve) => setTimeout(resolve, 2_000));
     await put('in_progress');
     await new Promise((resolve) => setTimeout(resolve, 2_000));
