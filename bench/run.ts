@@ -76,6 +76,8 @@ export interface BenchOptions {
    * cap (MAX_PAGE_BYTES): the worst case for the worker's memory. @default 0
    */
   largePages?: number;
+  /** Large pages come in runs of this many consecutive records (several lanes at once). @default 1 */
+  largePageBurst?: number;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
@@ -135,6 +137,7 @@ function benchSettings(options: BenchOptions) {
     seed: options.seed ?? BENCH_DEFAULTS.seed,
     targetDelays: options.targetDelays ?? BENCH_DEFAULTS.targetDelays,
     largePages,
+    largePageBurst: options.largePageBurst ?? 1,
     checkAborted: () => {
       if (options.signal?.aborted) throw new Error('the benchmark was interrupted');
     },
@@ -158,6 +161,7 @@ function benchRecords(
       JSON.stringify({ ...(JSON.parse(body) as object), batch_id: batchId }),
     ),
     o.largePages,
+    o.largePageBurst,
   );
   const mix: Record<string, number> = {};
   const tasks: CaptchaTask[] = [];

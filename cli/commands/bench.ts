@@ -25,6 +25,7 @@ interface BenchCommandOptions {
   workerMemory?: number;
   lanes?: number;
   largePages: number;
+  largePageBurst: number;
   modelOnly?: boolean;
 }
 
@@ -145,6 +146,12 @@ function withRunOptions(command: Command): Command {
       0,
     )
     .option(
+      '--large-page-burst <n>',
+      'large pages come in runs of n consecutive records, which several lanes take at once (the same share)',
+      parseAtLeastOne,
+      1,
+    )
+    .option(
       '--model-only',
       'print only the limit and both poll schedules simulated on the draws of this run (nothing is started)',
     )
@@ -196,6 +203,7 @@ async function benchAction(opts: BenchCommandOptions): Promise<void> {
       ...(opts.workerMemory ? { workerMemoryMb: opts.workerMemory } : {}),
       ...(opts.lanes ? { lanes: opts.lanes } : {}),
       largePages: opts.largePages,
+      largePageBurst: opts.largePageBurst,
       log: (line) => process.stderr.write(`${line}\n`),
       signal,
     }),
