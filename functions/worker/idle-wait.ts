@@ -106,7 +106,8 @@ export function idleCollector(
     const at = now();
     const shortest = Math.min(waitMs, ...[...waits.values()].map((end) => end - at));
     const decide = {
-      waitMs: waits.size > 0 ? shortest : waitMs,
+      // Without lanes (nobody called laneStarted) each wait decides alone, as before lanes.
+      waitMs: lanesRunning > 1 ? shortest : waitMs,
       inUse: measure(),
       afterLast,
       lanesRunning: Math.max(1, lanesRunning),
