@@ -107,10 +107,10 @@ export function lanesMarkdown(reports: { path: string; report: BenchReport }[]):
     const perSolve = bill.per_solve;
     for (const m of bill.monthly.filter((row) => row.use === 1)) {
       const lanes = m.lanes ?? 1;
-      const shape = m.r !== undefined ? `${m.r} × ${m.L}` : `${m.threads} × 1`;
+      const shape = `${(m.r ?? m.threads).toLocaleString('en-US')} × ${m.L ?? 1}`;
       const quota = m.lambda_quota_needed ?? m.threads + 100;
       lines.push(
-        `| \`${path.replace('bench/results/', '')}\` | ${lanes} | ${report.config.worker_memory_mb} MB | ${m.threads.toLocaleString('en-US')} | ${shape} | ${quota.toLocaleString('en-US')} | ${money(m.aws_total)} | ${money(m.captchaai_plan)} | **${m.aws_to_plan.toFixed(2)}×** | ${perSolve?.dynamodb_write_units ?? 'not counted'} | ${perSolve?.aws_requests ?? 'not counted'} |`,
+        `| \`${path.replace('bench/results/', '')}\` | ${lanes} | ${report.config.worker_memory_mb} MB | ${m.threads.toLocaleString('en-US')} | ${shape} | ${quota.toLocaleString('en-US')} | ${money(m.aws_total)} | ${money(m.captchaai_plan)} | **${m.aws_to_plan.toFixed(2)}×** | ${perSolve?.dynamodb_write_units ?? 'not in the report'} | ${perSolve?.aws_requests ?? 'not in the report'} |`,
       );
     }
   }
