@@ -11,7 +11,7 @@ import { logUsage } from './bill/log-usage.js';
 import { EmulatorProbe } from './probe.js';
 import type { BuildInput } from './report/types.js';
 import type { ChartPoint } from './svg.js';
-import { parseFunctionLog, parseLearnedSchedules } from './worker-log.js';
+import { parseFunctionLog, parseInvocations, parseLearnedSchedules } from './worker-log.js';
 
 /**
  * The benchmark's capped run: the records fed through the deployed pipeline while the
@@ -46,6 +46,7 @@ type Measured = Pick<
   | 'series'
   | 'busy'
   | 'invocations'
+  | 'loggedInvocations'
   | 'probe'
   | 'probeRounds'
   | 'standin'
@@ -80,7 +81,8 @@ function functionRuns(logDir: string, before: Map<string, number>): Record<strin
     const text = readFileSync(join(logDir, file))
       .subarray(before.get(file) ?? 0)
       .toString('utf8');
-    const invocations = parseFunctionLog(text);
+    // Per invocation, as Lambda bills: one duration however many records (and lanes) it carried.
+    const invocations = parseInvocations(text);
     runs[file.slice(0, -'.log'.length)] = {
       invocations: invocations.length,
       billedMs: invocations.reduce((a, inv) => a + Math.ceil(Math.max(0, inv.durationMs ?? 0)), 0),
@@ -212,12 +214,15 @@ export async function cappedRun(
   await sleep(500);
   const usage = stack.moto ? (await awsUsage(stack.moto.endpoint)).calls : [];
   const logText = readFileSync(join(stack.logDir, `${workerName}.log`), 'utf8');
-  const invocations = parseFunctionLog(logText).filter((i) => (i.startedAt ?? 0) >= runStartedAt - 1000);
+  const inRun = (i: { startedAt?: number }) => (i.startedAt ?? 0) >= runStartedAt - 1000;
+  const invocations = parseFunctionLog(logText).filter(inRun);
+  const loggedInvocations = parseInvocations(logText).filter(inRun);
   const measured: Measured = {
     runStartedAt,
     series: sampler.series,
     busy: sampler.busy,
     invocations,
+    loggedInvocations,
     probe: probe.samples,
     probeRounds: probe.rounds,
     standin: {

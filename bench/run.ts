@@ -2,15 +2,15 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import seedrandom from 'seedrandom';
 import { DEFAULT_POLL_SCHEDULE, type PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS } from '../functions/captchaai/timings.js';
 import type { CaptchaTask, CaptchaType } from '../functions/captchaai/types.js';
+import { checkLanes, laneShape } from '../functions/pipeline/lanes.js';
 import { captchaTaskOf, captchaTypeOf, validateJobMessage } from '../functions/records/job-schema.js';
 import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
-import { untilPollerLimit } from '../local/stack/observation.js';
+import { deployedWorker, untilPollerLimit } from '../local/stack/observation.js';
 import { generatedRecords, type RecordMix, withLargePages } from '../local/stack/records.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
@@ -18,6 +18,7 @@ import { type TemplateFacts, templateFacts } from './bill/template-facts.js';
 import { cappedRun } from './capped-run.js';
 import { type BenchReport, buildReport } from './report/build.js';
 import { formatReport } from './report/format.js';
+import type { LanesFacts } from './report/types.js';
 import { modelFigures } from './simulate.js';
 import { expectedPollWaitMs, mixMeanMs, round } from './stats.js';
 
@@ -66,13 +67,17 @@ export interface BenchOptions {
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
   /** The worker's poll schedule (deploy-time setting pollSchedule). @default learned */
   pollSchedule?: PollScheduleMode;
-  /** The worker's memory in MB (deploy-time setting workerMemoryMb). @default its default */
+  /** The worker's memory in MB (deploy-time setting workerMemoryMb). @default its default (which follows lanes) */
   workerMemoryMb?: number;
+  /** The most lanes one worker invocation may run (deploy-time setting lanes). @default 1 */
+  lanes?: number;
   /**
    * Share (0..1) of the records whose target page is padded to just under the worker's page-size
    * cap (MAX_PAGE_BYTES): the worst case for the worker's memory. @default 0
    */
   largePages?: number;
+  /** Large pages come in runs of this many consecutive records (several lanes at once). @default 1 */
+  largePageBurst?: number;
   /** Give up on the capped run after this long (the report says complete: false). @default 3 × expected + 2 min */
   timeoutMs?: number;
   /** Progress lines (stderr in the CLI). */
@@ -112,8 +117,10 @@ function benchSettings(options: BenchOptions) {
   const largePages = options.largePages ?? 0;
   if (!(largePages >= 0 && largePages <= 1))
     throw new RangeError(`large pages must be a share within [0, 1]`);
+  const lanes = checkLanes(options.lanes ?? 1, 'lanes');
   const started = new Date();
   return {
+    lanes,
     threads,
     reserve,
     records,
@@ -130,6 +137,7 @@ function benchSettings(options: BenchOptions) {
     seed: options.seed ?? BENCH_DEFAULTS.seed,
     targetDelays: options.targetDelays ?? BENCH_DEFAULTS.targetDelays,
     largePages,
+    largePageBurst: options.largePageBurst ?? 1,
     checkAborted: () => {
       if (options.signal?.aborted) throw new Error('the benchmark was interrupted');
     },
@@ -153,6 +161,7 @@ function benchRecords(
       JSON.stringify({ ...(JSON.parse(body) as object), batch_id: batchId }),
     ),
     o.largePages,
+    o.largePageBurst,
   );
   const mix: Record<string, number> = {};
   const tasks: CaptchaTask[] = [];
@@ -190,11 +199,12 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     targetDelays: o.targetDelays,
     random: seedrandom(String(o.seed)),
     // Only pinned settings are passed: the defaults keep the cached synth of a plain stack.
-    ...(options.pollSchedule || options.workerMemoryMb
+    ...(options.pollSchedule || options.workerMemoryMb || o.lanes > 1
       ? {
           settings: {
             ...(options.pollSchedule ? { pollSchedule: options.pollSchedule } : {}),
             ...(options.workerMemoryMb ? { workerMemoryMb: options.workerMemoryMb } : {}),
+            ...(o.lanes > 1 ? { lanes: o.lanes } : {}),
           },
         }
       : {}),
@@ -203,13 +213,14 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
   let report: BenchReport;
   try {
     o.checkAborted();
-    await untilPollerLimit(stack, cap);
-    const memoryMb =
-      (
-        await stack.lambda.send(
-          new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
-        )
-      ).MemorySize ?? 128;
+    // With lanes the knobs (and so the poller's limit) hold r, not the cap.
+    await untilPollerLimit(stack, laneShape(cap, o.lanes).r);
+    const deployed = await deployedWorker(stack);
+    const lanes: LanesFacts = deployed.lanes;
+    const memoryMb = deployed.worker_memory_mb;
+    log(
+      `bench: worker ${memoryMb} MB, lanes ${lanes.setting}: r ${lanes.r} invocations of L ${lanes.L} lanes (Lambda quota needed: ${lanes.lambda_quota_needed})`,
+    );
     // Set before any task exists, so the seeded draws are made with these distributions.
     if (options.latency) stack.captcha.setLatency(options.latency);
     const latency = stack.captcha.latency();
@@ -244,6 +255,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
       maxQueued: o.maxQueued,
       mix: work.mix,
       memoryMb,
+      lanes,
       modelledMeanMs: work.modelledMeanMs,
       predictedPollMs: work.predictedPollMs,
       latency,

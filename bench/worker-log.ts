@@ -40,10 +40,14 @@ export interface Invocation {
   outcome?: OutcomeLine;
 }
 
-/** An invocation as the log has it, before a chain is split into one entry per record. */
-interface RawInvocation extends Omit<Invocation, 'outcome'> {
+/**
+ * An invocation as the log has it, before a chain is split into one entry per record: what Lambda
+ * bills (one duration, however many records and lanes it carried, idle tail included).
+ */
+export interface LoggedInvocation extends Omit<Invocation, 'outcome'> {
   outcomes: OutcomeLine[];
 }
+type RawInvocation = LoggedInvocation;
 
 const PREFIX = /^(\S+) (\S+) (.*)$/;
 const START = /^START RequestId: (\S+)/;
@@ -62,6 +66,11 @@ function num(v: unknown): number | undefined {
  * the next record's solve, so the split is approximate per record, exact in sum.
  */
 export function parseFunctionLog(text: string): Invocation[] {
+  return parseInvocations(text).flatMap(perRecord);
+}
+
+/** Invocations in order of their START line, each with all its records' outcome lines (see parseFunctionLog). */
+export function parseInvocations(text: string): LoggedInvocation[] {
   const byId = new Map<string, RawInvocation>();
   // The runtime's ERROR line names no request id; it belongs to the environment's open invocation.
   const openByEnv = new Map<string, string>();
@@ -127,7 +136,7 @@ export function parseFunctionLog(text: string): Invocation[] {
     inv.firstInEnvironment = inv.startedAt !== undefined && !seen.has(inv.environment);
     if (inv.startedAt !== undefined) seen.add(inv.environment);
   }
-  return ordered.flatMap(perRecord);
+  return ordered;
 }
 
 /** One entry per record of an invocation (see parseFunctionLog). */
@@ -176,6 +185,33 @@ export function unscaledDurationMs(inv: Invocation, timeScale: number): number |
   const solve = inv.outcome?.solveMs;
   if (solve === undefined) return inv.durationMs / timeScale;
   return inv.durationMs - solve + solve / timeScale;
+}
+
+/**
+ * What one invocation bills at time scale 1: its duration once, whatever it carried. Only
+ * CaptchaAI's waits are scaled, and with `lanes` L its lanes waited side by side, so the scaled
+ * part of its wall time is about its records' solve time shared among the lanes that worked
+ * (min(L, records)); that part is divided by the scale, the rest kept. With one lane this is the
+ * sum of unscaledDurationMs over its records; at time scale 1 it is the duration as measured,
+ * idle lanes and the tail after the last record included. Without timings (a timed-out or failed
+ * invocation) the whole duration is treated as scaled, which overstates it.
+ */
+export function unscaledInvocationMs(
+  inv: LoggedInvocation,
+  timeScale: number,
+  lanes = 1,
+): number | undefined {
+  if (inv.durationMs === undefined) return undefined;
+  const solves = inv.outcomes.map((o) => o.solveMs).filter((v): v is number => v !== undefined);
+  if (solves.length === 0) return inv.durationMs / timeScale;
+  const lanesUsed = Math.max(1, Math.min(lanes, inv.outcomes.length));
+  const scaled = Math.min(inv.durationMs, solves.reduce((a, b) => a + b, 0) / lanesUsed);
+  return inv.durationMs - scaled + scaled / timeScale;
+}
+
+/** Records an invocation submitted (its billed duration is shared among them). */
+export function submittedIn(inv: LoggedInvocation): number {
+  return inv.outcomes.filter((o) => o.status === 'submitted').length;
 }
 
 /** A `poll schedule learned` line of the worker (functions/worker.ts), unscaled ms. */

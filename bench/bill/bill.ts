@@ -1,3 +1,4 @@
+import { laneShape } from '../../functions/pipeline/lanes.js';
 import type { AwsUsageRow } from '../../local/emulator/usage.js';
 import { MONTH_SECONDS, planPrice } from '../cost.js';
 import { round } from '../stats.js';
@@ -98,15 +99,34 @@ function canonicalUsage(rows: AwsUsageRow[], names: string[]): AwsUsageRow[] {
   return [...merged.values()];
 }
 
-/** The month at 20, 100 and 1,000 threads, full and 10 % use, next to the plan. */
-function monthlyRows(variablePer1000: number, fixedPerMonth: number, meanSolveS: number): Bill['monthly'] {
+/**
+ * The month at 20, 100 and 1,000 threads, full and 10 % use, next to the plan. With lanes, each
+ * plan size has its own shape (laneShape of its threads as the cap): the worker's duration per
+ * solve is the run's × the run's L ÷ that plan's L (an invocation's duration is shared by its L
+ * lanes); the rest per solve is the run's. `lambda_quota_needed`: r + 100, the account's Lambda
+ * concurrency the reservation needs (Lambda keeps 100 unreserved).
+ */
+function monthlyRows(
+  variablePer1000: number,
+  workerDurationPer1000: number,
+  fixedPerMonth: number,
+  meanSolveS: number,
+  lanes: BillInput['lanes'],
+): Bill['monthly'] {
   return BILL_THREADS.flatMap((threads) =>
     BILL_USE.map((use) => {
+      const shape = laneShape(threads, lanes?.setting ?? 1);
+      const runL = lanes?.L ?? 1;
+      const per1000 = variablePer1000 - workerDurationPer1000 + (workerDurationPer1000 * runL) / shape.L;
       const solves = (threads * use * MONTH_SECONDS) / meanSolveS;
-      const v = (variablePer1000 * solves) / 1000;
+      const v = (per1000 * solves) / 1000;
       const plan = planPrice(threads).usdPerMonth;
       return {
         threads,
+        lanes: lanes?.setting ?? 1,
+        r: shape.r,
+        L: shape.L,
+        lambda_quota_needed: shape.r + 100,
         use,
         solves_per_month: Math.round(solves),
         variable: round(v, 2) ?? 0,
@@ -133,6 +153,35 @@ function dominantItems(
     .sort((a, b) => b.usd_per_month - a.usd_per_month)
     .slice(0, 3)
     .map((d) => ({ item: d.item, usd_per_month: round(d.usd_per_month, 2) ?? 0 }));
+}
+
+/**
+ * What one solve costs in units and calls (the emulator's counts over the run ÷ records
+ * submitted): DynamoDB write units (table and secondary indexes), and every AWS request the stack
+ * makes for it (the functions', Lambda's pollers' and the producer's; not the scheduled adjuster,
+ * a fixed monthly charge, nor the bench's own calls), with the worker's by operation.
+ */
+function perSolveCounts(i: BillInput, scheduled: Set<string>): Bill['per_solve'] {
+  const per = (n: number) => round(i.solved > 0 ? n / i.solved : Number.NaN, 3);
+  const isScheduled = (caller: string) => scheduled.has(caller.replace(/^function:/, ''));
+  const rows = i.usage.filter((r) => !isScheduled(r.caller) && (r.caller !== 'harness' || isProducerCall(r)));
+  const sum = (list: AwsUsageRow[], f: (r: AwsUsageRow) => number) => list.reduce((a, r) => a + f(r), 0);
+  const dynamodb = rows.filter((r) => r.service === 'dynamodb');
+  const worker = rows.filter((r) => r.caller === `function:${i.workerName}`);
+  const byOperation: Record<string, number | null> = {};
+  for (const r of worker) {
+    const key = `${r.service} ${r.operation}`;
+    byOperation[key] = (byOperation[key] ?? 0) + r.requests;
+  }
+  for (const key of Object.keys(byOperation)) byOperation[key] = per(byOperation[key] ?? 0);
+  return {
+    dynamodb_write_units: per(sum(dynamodb, (r) => r.write_units + r.index_write_units)),
+    dynamodb_write_units_table: per(sum(dynamodb, (r) => r.write_units)),
+    dynamodb_write_units_indexes: per(sum(dynamodb, (r) => r.index_write_units)),
+    aws_requests: per(sum(rows, (r) => r.requests)),
+    worker_requests: per(sum(worker, (r) => r.requests)),
+    worker_requests_by_operation: byOperation,
+  };
 }
 
 /** The bill (see the file's comment). */
@@ -193,7 +242,8 @@ export function buildBill(input: BillInput): Bill {
 
   const variablePer1000 = total(variable);
   const fixedPerMonth = total(fixed);
-  const monthly = monthlyRows(variablePer1000, fixedPerMonth, i.meanSolveS);
+  const workerDuration = total(variable.filter((it) => it.item.startsWith('Lambda duration — worker')));
+  const monthly = monthlyRows(variablePer1000, workerDuration, fixedPerMonth, i.meanSolveS, i.lanes);
   const dominant = dominantItems(variable, fixed, i.meanSolveS);
   const logs = Object.fromEntries(
     Object.entries(i.functions).map(([name, fn]) => [
@@ -203,6 +253,7 @@ export function buildBill(input: BillInput): Bill {
   );
   return {
     solved: i.solved,
+    per_solve: perSolveCounts(i, scheduled),
     variable_per_1000_solves: { items: roundItems(variable), total: round(variablePer1000, 5) ?? 0 },
     fixed_per_month: { items: roundItems(fixed), total: round(fixedPerMonth, 2) ?? 0 },
     monthly,

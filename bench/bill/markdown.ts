@@ -39,6 +39,8 @@ function share(items: BillItem[], total: number, pattern: RegExp): string {
   );
 }
 
+const lanesFlag = (lanes: number | undefined) => (lanes && lanes > 1 ? ` --lanes ${lanes}` : '');
+
 /** The markdown between the markers, for the report at `path` (relative to the package root). */
 export function billMarkdown(report: BenchReport, path: string): string {
   const bill = report.bill as Bill | null | undefined;
@@ -47,7 +49,7 @@ export function billMarkdown(report: BenchReport, path: string): string {
   const v = bill.variable_per_1000_solves;
   const f = bill.fixed_per_month;
   const lines = [
-    `From \`${path}\`: \`npx threadgate bench --threads ${c.threads} --records ${c.records} --time-scale ${c.time_scale} --no-baseline --name ${report.name}\`, the default settings (worker ${c.worker_memory_mb} MB), ${bill.solved} records submitted, started ${report.started_at.slice(0, 10)}. Regenerate this part with \`npm run docs:bill\`.`,
+    `From \`${path}\`: \`npx threadgate bench --threads ${c.threads} --records ${c.records} --time-scale ${c.time_scale}${lanesFlag(c.lanes?.setting)} --no-baseline --name ${report.name}\`, the default settings (worker ${c.worker_memory_mb} MB${c.lanes ? `, lanes ${c.lanes.setting}: r ${c.lanes.r} × L ${c.lanes.L}` : ''}), ${bill.solved} records submitted, started ${report.started_at.slice(0, 10)}. Regenerate this part with \`npm run docs:bill\`.`,
     '',
     `Variable, per 1,000 solves: **${money(v.total)}**. The worker's Lambda duration is ${share(v.items, v.total, /^Lambda duration — worker/)} of it.`,
     '',
@@ -61,11 +63,17 @@ export function billMarkdown(report: BenchReport, path: string): string {
     '|---|---|---|',
     ...itemRows(f.items),
     '',
-    '| plan threads | use | solves a month | variable | fixed | AWS | CaptchaAI plan | AWS ÷ plan |',
-    '|---|---|---|---|---|---|---|---|',
+    ...(bill.per_solve
+      ? [
+          `Per solve: ${bill.per_solve.dynamodb_write_units} DynamoDB write units (${bill.per_solve.dynamodb_write_units_table} on the table, ${bill.per_solve.dynamodb_write_units_indexes} on the indexes) and ${bill.per_solve.aws_requests} AWS requests (${bill.per_solve.worker_requests} of them the worker's).`,
+          '',
+        ]
+      : []),
+    '| plan threads | r × L (Lambda quota needed) | use | solves a month | variable | fixed | AWS | CaptchaAI plan | AWS ÷ plan |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...bill.monthly.map(
       (m) =>
-        `| ${m.threads.toLocaleString('en-US')} | ${Math.round(m.use * 100)} % | ${m.solves_per_month.toLocaleString('en-US')} | ${money(m.variable)} | ${money(m.fixed)} | ${money(m.aws_total)} | ${money(m.captchaai_plan)} | ${m.aws_to_plan.toFixed(2)}× |`,
+        `| ${m.threads.toLocaleString('en-US')} | ${m.r ?? m.threads} × ${m.L ?? 1} (${(m.lambda_quota_needed ?? m.threads + 100).toLocaleString('en-US')}) | ${Math.round(m.use * 100)} % | ${m.solves_per_month.toLocaleString('en-US')} | ${money(m.variable)} | ${money(m.fixed)} | ${money(m.aws_total)} | ${money(m.captchaai_plan)} | ${m.aws_to_plan.toFixed(2)}× |`,
     ),
     '',
     `Largest at 20 threads and full use: ${bill.dominant_at_20_threads.map((d) => `${d.item} ${money(d.usd_per_month)} a month`).join('; ')}.`,
@@ -79,7 +87,37 @@ export function billMarkdown(report: BenchReport, path: string): string {
   return `${lines.join('\n')}\n`;
 }
 
-/** The page with its bill part rendered from the report the begin marker names. */
+const LANES_BEGIN = /<!-- bill-lanes: ((?:bench\/results\/[\w.-]+\.json ?)+) -->\n/;
+const LANES_END = '<!-- bill-lanes: end -->';
+
+/**
+ * The whole bill at 20, 100 and 1,000 threads in full use for several runs side by side (one row
+ * per run and plan size: lanes, memory, the shape r × L, the Lambda quota the reservation needs,
+ * AWS against the plan), with each run's DynamoDB write units and AWS requests per solve.
+ */
+export function lanesMarkdown(reports: { path: string; report: BenchReport }[]): string {
+  const lines = [
+    '| run (JSON) | lanes | memory | plan threads | r × L | Lambda quota needed | AWS a month | CaptchaAI plan | AWS ÷ plan | DynamoDB write units per solve | AWS requests per solve |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const { path, report } of reports) {
+    const bill = report.bill as Bill | null | undefined;
+    if (!bill)
+      throw new Error(`${path} has no bill (a run against moto with the template, threadgate bench)`);
+    const perSolve = bill.per_solve;
+    for (const m of bill.monthly.filter((row) => row.use === 1)) {
+      const lanes = m.lanes ?? 1;
+      const shape = `${(m.r ?? m.threads).toLocaleString('en-US')} × ${m.L ?? 1}`;
+      const quota = m.lambda_quota_needed ?? m.threads + 100;
+      lines.push(
+        `| \`${path.replace('bench/results/', '')}\` | ${lanes} | ${report.config.worker_memory_mb} MB | ${m.threads.toLocaleString('en-US')} | ${shape} | ${quota.toLocaleString('en-US')} | ${money(m.aws_total)} | ${money(m.captchaai_plan)} | **${m.aws_to_plan.toFixed(2)}×** | ${perSolve?.dynamodb_write_units ?? 'not in the report'} | ${perSolve?.aws_requests ?? 'not in the report'} |`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The page with its bill parts rendered from the reports the begin markers name. */
 export function renderBillDoc(page: string, readReport: (path: string) => BenchReport): string {
   const begin = BEGIN.exec(page);
   const end = page.indexOf(END);
@@ -87,7 +125,13 @@ export function renderBillDoc(page: string, readReport: (path: string) => BenchR
     throw new Error(`${BILL_DOC} lacks the bill markers (<!-- bill: PATH --> … ${END})`);
   const path = begin[1] as string;
   const from = begin.index + begin[0].length;
-  return `${page.slice(0, from)}${billMarkdown(readReport(path), path)}${page.slice(end)}`;
+  const rendered = `${page.slice(0, from)}${billMarkdown(readReport(path), path)}${page.slice(end)}`;
+  const lanesBegin = LANES_BEGIN.exec(rendered);
+  const lanesEnd = rendered.indexOf(LANES_END);
+  if (!lanesBegin || lanesEnd < lanesBegin.index) return rendered;
+  const paths = (lanesBegin[1] as string).trim().split(' ');
+  const lanesFrom = lanesBegin.index + lanesBegin[0].length;
+  return `${rendered.slice(0, lanesFrom)}${lanesMarkdown(paths.map((p) => ({ path: p, report: readReport(p) })))}${rendered.slice(lanesEnd)}`;
 }
 
 export function readReportFile(path: string): BenchReport {

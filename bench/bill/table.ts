@@ -29,12 +29,13 @@ export function billLines(b: Bill): string[] {
     ...itemLines(b.variable_per_1000_solves.items),
     `AWS BILL — fixed, per month: ${money(b.fixed_per_month.total)}`,
     ...itemLines(b.fixed_per_month.items),
+    `AWS BILL — per solve: ${b.per_solve.dynamodb_write_units ?? 'n/a'} DynamoDB write units (${b.per_solve.dynamodb_write_units_table ?? 'n/a'} table, ${b.per_solve.dynamodb_write_units_indexes ?? 'n/a'} indexes), ${b.per_solve.aws_requests ?? 'n/a'} AWS requests (${b.per_solve.worker_requests ?? 'n/a'} by the worker)`,
     'AWS BILL — a month (30 days), AWS next to the CaptchaAI plan:',
-    '  threads  use    solves/month  variable     fixed  AWS total  plan       AWS/plan',
+    '  threads  lanes  r × L      quota  use    solves/month  variable     fixed  AWS total  plan       AWS/plan',
   ];
   for (const m of b.monthly) {
     lines.push(
-      `  ${String(m.threads).padStart(7)}  ${`${Math.round(m.use * 100)} %`.padEnd(5)}  ${m.solves_per_month.toLocaleString('en-US').padStart(12)}  ${money(m.variable).padStart(8)}  ${money(m.fixed).padStart(8)}  ${money(m.aws_total).padStart(9)}  ${money(m.captchaai_plan).padEnd(9)}  ${m.aws_to_plan.toFixed(2)}×`,
+      `  ${String(m.threads).padStart(7)}  ${String(m.lanes).padStart(5)}  ${`${m.r} × ${m.L}`.padEnd(9)}  ${String(m.lambda_quota_needed).padStart(5)}  ${`${Math.round(m.use * 100)} %`.padEnd(5)}  ${m.solves_per_month.toLocaleString('en-US').padStart(12)}  ${money(m.variable).padStart(8)}  ${money(m.fixed).padStart(8)}  ${money(m.aws_total).padStart(9)}  ${money(m.captchaai_plan).padEnd(9)}  ${m.aws_to_plan.toFixed(2)}×`,
     );
   }
   lines.push(

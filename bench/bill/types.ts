@@ -26,6 +26,8 @@ export interface BillInput {
   solved: number;
   /** The modelled mean solve time at time scale 1: how long a solve holds a plan thread. */
   meanSolveS: number;
+  /** The run's `lanes` setting and its L (lanes per invocation); absent: one lane. */
+  lanes?: { setting: number; L: number };
 }
 
 export interface BillItem {
@@ -62,8 +64,24 @@ export interface Bill {
   solved: number;
   variable_per_1000_solves: { items: BillItem[]; total: number };
   fixed_per_month: { items: BillItem[]; total: number };
+  /** Units and requests per solve (counted over the run ÷ records submitted). */
+  per_solve: {
+    dynamodb_write_units: number | null;
+    dynamodb_write_units_table: number | null;
+    dynamodb_write_units_indexes: number | null;
+    /** Every AWS request of the stack per solve (functions, Lambda's pollers, the producer; not the scheduled adjuster). */
+    aws_requests: number | null;
+    worker_requests: number | null;
+    worker_requests_by_operation: Record<string, number | null>;
+  };
   monthly: {
     threads: number;
+    /** The `lanes` setting, and the shape of this plan's cap: r invocations of L lanes. */
+    lanes: number;
+    r: number;
+    L: number;
+    /** r + 100: the account's Lambda concurrency the reservation needs. */
+    lambda_quota_needed: number;
     use: number;
     solves_per_month: number;
     variable: number;

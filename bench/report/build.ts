@@ -94,6 +94,7 @@ function configSection(i: BuildInput): BenchReport['config'] {
     max_queued: i.maxQueued,
     mix: i.mix,
     worker_memory_mb: i.memoryMb,
+    lanes: i.lanes,
     target_delays_ms_unscaled: { page: i.targetDelays.pageMs, post: i.targetDelays.postMs },
     latency: Object.fromEntries(
       Object.keys(i.mix).map((type) => [type, formatLatency(i.latency[type as CaptchaType])]),

@@ -10,7 +10,7 @@ import {
   planPrice,
 } from '../cost.js';
 import { round } from '../stats.js';
-import { type Invocation, unscaledDurationMs } from '../worker-log.js';
+import { type LoggedInvocation, submittedIn, unscaledInvocationMs } from '../worker-log.js';
 import { defined, type RunFacts } from './measures.js';
 import type { BenchReport, BuildInput } from './types.js';
 
@@ -35,21 +35,55 @@ export function lambdaMemoryFor(peakMb: number, factor = 2): number {
 export const MEASURED_RSS_HEADROOM = 4 / 3;
 
 /**
- * Lambda GB-s at time scale 1. For the cost, warm invocations per solve (a pipeline that runs
- * for hours starts each environment once); the figure over every invocation is shown beside.
+ * Lambda GB-s at time scale 1, billed per invocation as Lambda bills it: each invocation's
+ * duration once, however many records and lanes it carried, the tail where some lanes sat idle
+ * included (bench/worker-log.ts unscaledInvocationMs). For the cost, warm invocations per solve
+ * they submitted (a pipeline that runs for hours starts each environment once); the figure over
+ * every invocation is shown beside.
  */
 function gbSecondsPerSolve(i: BuildInput, solved: number) {
   const s = i.timeScale;
-  const unscaled = (list: Invocation[]) => list.map((inv) => unscaledDurationMs(inv, s)).filter(defined);
-  const warmAll = i.invocations.filter((inv) => !inv.firstInEnvironment);
-  const warmSolved = warmAll.filter((inv) => inv.outcome?.status === 'submitted').length;
+  const L = i.lanes.L;
+  const unscaled = (list: LoggedInvocation[]) =>
+    list.map((inv) => unscaledInvocationMs(inv, s, L)).filter(defined);
+  const warmAll = i.loggedInvocations.filter((inv) => !inv.firstInEnvironment);
+  const warmSolved = warmAll.reduce((a, inv) => a + submittedIn(inv), 0);
   return {
     warm: warmSolved ? gbSeconds(unscaled(warmAll), i.memoryMb) / warmSolved : Number.NaN,
-    all: solved ? gbSeconds(unscaled(i.invocations), i.memoryMb) / solved : Number.NaN,
+    all: solved ? gbSeconds(unscaled(i.loggedInvocations), i.memoryMb) / solved : Number.NaN,
     wall: solved
-      ? gbSeconds(i.invocations.map((inv) => inv.durationMs).filter(defined), i.memoryMb) / solved
+      ? gbSeconds(i.loggedInvocations.map((inv) => inv.durationMs).filter(defined), i.memoryMb) / solved
       : Number.NaN,
   };
+}
+
+/**
+ * Each execution environment as it ran: its records, its process's peak RSS, CPU seconds per
+ * record submitted and event-loop delay (process isolation), and the CPU share it ran under.
+ */
+function environmentSection(i: BuildInput): BenchReport['lambda']['environments'] {
+  const submittedBy = new Map<string, number>();
+  for (const inv of i.loggedInvocations)
+    submittedBy.set(inv.environment, (submittedBy.get(inv.environment) ?? 0) + submittedIn(inv));
+  const limit = (3 / 4) * i.memoryMb;
+  return i.memory.environments.map((e) => {
+    const submitted = submittedBy.get(e.id) ?? 0;
+    const peak = e.peakRss !== undefined ? e.peakRss / MB : undefined;
+    return {
+      id: e.id,
+      invocations: e.invocations ?? 0,
+      submitted,
+      peak_rss_mb: peak === undefined ? null : round(peak, 1),
+      within_three_quarters: peak === undefined ? null : peak <= limit,
+      cpu_s_per_solve:
+        e.cpuSeconds !== undefined && submitted > 0 ? round(e.cpuSeconds / submitted, 4) : null,
+      cpu_s: e.cpuSeconds === undefined ? null : round(e.cpuSeconds, 2),
+      event_loop_delay_ms: e.loopDelay
+        ? { p50: e.loopDelay.p50Ms, p99: e.loopDelay.p99Ms, max: e.loopDelay.maxMs }
+        : null,
+      cpu_share: e.cpuShare ?? null,
+    };
+  });
 }
 
 function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>): BenchReport['lambda'] {
@@ -66,8 +100,10 @@ function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>)
       : Number.NaN;
   return {
     memory_mb: i.memoryMb,
+    lanes: i.lanes,
     invocations: i.workerInvocations,
-    first_invocations: i.invocations.filter((inv) => inv.firstInEnvironment).length,
+    first_invocations: i.loggedInvocations.filter((inv) => inv.firstInEnvironment).length,
+    environments: environmentSection(i),
     timeouts: i.timeouts,
     gb_s_per_solve: round(gbs.warm, 3),
     gb_s_per_solve_all_invocations: round(gbs.all, 3),
@@ -95,7 +131,7 @@ function lambdaSection(i: BuildInput, gbs: ReturnType<typeof gbSecondsPerSolve>)
       smallest_size_with_headroom: Number.isFinite(memoryNeededMb) ? memoryNeededMb : null,
       note: 'isolation process (THREADGATE_LOCAL_ENVIRONMENTS=process): each environment is a Node process of its own started with the heap flags of Lambda’s Node.js runtime at the deployed memory size, and environment_peak_rss is its peak RSS (the OS’s maxRSS); smallest_size_with_headroom = the smallest Lambda size (at least 128 MB, 8 MB steps) at least 4/3 of it. isolation thread: environments are worker threads of one process, so their own RSS cannot be read: estimated_environment_peak = a bare Node process’s RSS + the peak V8 heap (total) + peak external memory, and the size needs 2× that',
     },
-    note: 'at time scale 1: each invocation’s solve time divided by the time scale, the rest (AWS calls, target HTTP, start-up) as measured. gb_s_per_solve: all but each environment’s first invocation (used for the cost); _all_invocations includes them; _wall is what this run used at its time scale',
+    note: 'billed per invocation, each duration once however many records and lanes it carried (idle lanes and the tail included), at time scale 1: the records’ solve time shared among the lanes that worked (min(L, records)) divided by the time scale, the rest (AWS calls, target HTTP, start-up, idle) as measured; exact at time scale 1. gb_s_per_solve: all but each environment’s first invocation (used for the cost), per record they submitted; _all_invocations includes them; _wall is what this run used at its time scale',
   };
 }
 
@@ -176,6 +212,7 @@ function billSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): Bill | nu
     workerInvocationsPerSolve: f.solved ? i.workerInvocations / f.solved : Number.NaN,
     solved: f.solved,
     meanSolveS: i.modelledMeanMs / 1000,
+    lanes: { setting: i.lanes.setting, L: i.lanes.L },
   });
 }
 

@@ -202,7 +202,13 @@ function costRows(r: BenchReport): Row[] {
       n(r.lambda.gb_s_per_solve, 2),
       `${r.lambda.memory_mb} MB arm64, warm, at time scale 1 (${n(r.lambda.gb_s_per_solve_all_invocations, 2)} incl. first invocations)`,
     ],
+    [
+      'lanes',
+      `${r.lambda.lanes.r} × ${r.lambda.lanes.L}`,
+      `lanes ${r.lambda.lanes.setting}: r ${r.lambda.lanes.r} invocations of L ${r.lambda.lanes.L} lanes; Lambda quota needed ${r.lambda.lanes.lambda_quota_needed} (r + 100)`,
+    ],
     memoryRow(r),
+    ...environmentRows(r),
     [
       'AWS cost per 1,000 solves',
       usd(r.aws_cost_per_1000.total),
@@ -245,6 +251,26 @@ function baselineRows(b: BaselineResult): Row[] {
     ],
     ['  elapsed', `${n(b.elapsed_s, 1)} s wall`, `${n(b.elapsed_s_unscaled, 0)} s unscaled`],
   ];
+}
+
+/** Each process-isolated environment: peak RSS, CPU seconds per solve, event-loop delay, CPU share. */
+function environmentRows(r: BenchReport): Row[] {
+  return r.lambda.environments
+    .filter((e) => e.peak_rss_mb !== null)
+    .map((e) => {
+      const share = e.cpu_share;
+      const cpu = share?.share
+        ? `under ${share.share.toFixed(3)} of a core (throttled in ${share.throttledPeriods ?? '?'} of ${share.periods ?? '?'} periods)`
+        : share?.error
+          ? `no CPU share: ${share.error}`
+          : 'no CPU share (THREADGATE_LOCAL_CPU=lambda sets it)';
+      const delay = e.event_loop_delay_ms;
+      return [
+        `  environment ${e.id}`,
+        `${e.peak_rss_mb} MB`,
+        `${e.submitted} solves, ${e.cpu_s_per_solve ?? 'n/a'} CPU s per solve, event-loop delay p99 ${delay?.p99 ?? 'n/a'} / max ${delay?.max ?? 'n/a'} ms; ${cpu}; within 3/4 of ${r.lambda.memory_mb} MB: ${e.within_three_quarters ? 'yes' : 'NO'}`,
+      ] as Row;
+    });
 }
 
 /** The worker's measured memory: a process's own peak RSS, or the estimate from a thread's heap. */

@@ -58,7 +58,10 @@ export function runFacts(i: BuildInput) {
   const inFlight: Sample[] = i.series.map((p) => ({ t: p.t, v: p.inFlight }));
   const invocationsInFlight: Sample[] = i.series.map((p) => ({ t: p.t, v: p.invocations ?? 0 }));
   const util = window ? timeWeightedMean(inFlight, window.from, window.to) / i.cap : Number.NaN;
-  const invUtil = window ? timeWeightedMean(invocationsInFlight, window.from, window.to) / i.cap : Number.NaN;
+  // With lanes each invocation holds L lane slots of the cap (an upper bound: a lane may end early).
+  const invUtil = window
+    ? (timeWeightedMean(invocationsInFlight, window.from, window.to) * i.lanes.L) / i.cap
+    : Number.NaN;
   return {
     tRel,
     withOutcome,

@@ -12,7 +12,7 @@ import type { TemplateFacts } from '../bill/template-facts.js';
 import type { AWS_PRICES, AwsCost, PlanPrice } from '../cost.js';
 import type { ModelFigures } from '../simulate.js';
 import type { ChartPoint } from '../svg.js';
-import type { Invocation, LearnedScheduleLine } from '../worker-log.js';
+import type { Invocation, LearnedScheduleLine, LoggedInvocation } from '../worker-log.js';
 
 export type Pct = { p50: number | null; p95: number | null; p99: number | null };
 
@@ -31,6 +31,8 @@ export interface BenchReport {
     max_queued: number;
     mix: Record<string, number>;
     worker_memory_mb: number;
+    /** The `lanes` setting and the shape of the cap (r invocations of L lanes). */
+    lanes: LanesFacts;
     target_delays_ms_unscaled: { page: number; post: number };
     /** The stand-in's solve-time distribution of each type in the mix (seconds, `threadgate bench --latency`). */
     latency: Record<string, string>;
@@ -182,8 +184,27 @@ export interface BenchReport {
   };
   lambda: {
     memory_mb: number;
+    /** The `lanes` setting and the cap's shape (r invocations of L lanes). */
+    lanes: LanesFacts;
     invocations: number;
     first_invocations: number;
+    /**
+     * Each execution environment: records submitted, its own peak RSS and whether it stayed within
+     * 3/4 of the memory, CPU seconds per record submitted, event-loop delay (ms) and the CPU
+     * share it ran under (process isolation: THREADGATE_LOCAL_ENVIRONMENTS=process, and
+     * THREADGATE_LOCAL_CPU=lambda for the share); null where the isolation cannot tell.
+     */
+    environments: {
+      id: string;
+      invocations: number;
+      submitted: number;
+      peak_rss_mb: number | null;
+      within_three_quarters: boolean | null;
+      cpu_s_per_solve: number | null;
+      cpu_s: number | null;
+      event_loop_delay_ms: { p50: number; p99: number; max: number } | null;
+      cpu_share: EnvironmentMemory['cpuShare'] | null;
+    }[];
     timeouts: number;
     gb_s_per_solve: number | null;
     gb_s_per_solve_all_invocations: number | null;
@@ -234,6 +255,18 @@ export interface BenchReport {
   files: { json: string; svg: string };
 }
 
+/** The lanes a run deployed: the setting, and r invocations of L lanes carrying its cap. */
+export interface LanesFacts {
+  /** The deploy setting `lanes` (the most lanes one invocation may run). */
+  setting: number;
+  /** Reserved concurrency and the mapping's maximum. */
+  r: number;
+  /** Lanes per invocation. */
+  L: number;
+  /** The account's Lambda concurrency the reservation needs: r + 100 (Lambda keeps 100 unreserved). */
+  lambda_quota_needed: number;
+}
+
 /** One run's measurements, as bench/run.ts collected them. */
 export interface BuildInput {
   name: string;
@@ -263,7 +296,12 @@ export interface BuildInput {
   /** The stand-in's cumulative busy thread-ms, sampled with the series. */
   busy: { t: number; ms: number }[];
   targetDelays: { pageMs: number; postMs: number };
+  /** One entry per record (an invocation that carried several is split at its outcome lines). */
   invocations: Invocation[];
+  /** One entry per invocation, as Lambda bills them. */
+  loggedInvocations: LoggedInvocation[];
+  /** The `lanes` setting deployed and the shape of the run's cap (functions/pipeline/lanes.ts). */
+  lanes: LanesFacts;
   probe: Record<string, number[]>;
   probeRounds: { t: number; slowestMs: number; queued: number | undefined }[];
   standin: {

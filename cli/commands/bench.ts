@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { benchModel, formatModel } from '../../bench/model-only.js';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
+import { MAX_LANES } from '../../functions/pipeline/lanes.js';
 import { parseMix, type RecordMix } from '../../local/stack/records.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
@@ -22,7 +23,9 @@ interface BenchCommandOptions {
   latency: string[];
   pollSchedule?: 'learned' | 'static';
   workerMemory?: number;
+  lanes?: number;
   largePages: number;
+  largePageBurst: number;
   modelOnly?: boolean;
 }
 
@@ -49,6 +52,12 @@ export function parseAtLeastOne(raw: string): number {
 export function parseScale(raw: string): number {
   const n = parsePositive(raw);
   if (n > 1) throw new InvalidArgumentError('must be within (0, 1]');
+  return n;
+}
+
+function parseLanes(raw: string): number {
+  const n = parseAtLeastOne(raw);
+  if (n > MAX_LANES) throw new InvalidArgumentError(`must be an integer from 1 to ${MAX_LANES}`);
   return n;
 }
 
@@ -126,10 +135,21 @@ function withRunOptions(command: Command): Command {
       parseAtLeastOne,
     )
     .option(
+      '--lanes <k>',
+      'the most lanes one worker invocation may run (deploy-time setting lanes; default 1): the cap is carried by r invocations of L lanes, named in the JSON',
+      parseLanes,
+    )
+    .option(
       '--large-pages <share>',
       "share (0..1) of the records whose target page is just under the worker's page-size cap (worst case for memory)",
       parseShare,
       0,
+    )
+    .option(
+      '--large-page-burst <n>',
+      'large pages come in runs of n consecutive records, which several lanes take at once (the same share)',
+      parseAtLeastOne,
+      1,
     )
     .option(
       '--model-only',
@@ -181,7 +201,9 @@ async function benchAction(opts: BenchCommandOptions): Promise<void> {
       latency: latencyFromOptions(opts.latency),
       ...(opts.pollSchedule ? { pollSchedule: opts.pollSchedule } : {}),
       ...(opts.workerMemory ? { workerMemoryMb: opts.workerMemory } : {}),
+      ...(opts.lanes ? { lanes: opts.lanes } : {}),
       largePages: opts.largePages,
+      largePageBurst: opts.largePageBurst,
       log: (line) => process.stderr.write(`${line}\n`),
       signal,
     }),

@@ -2,8 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import { ConfigError } from '../../functions/common/errors.js';
+import { MAX_LANES } from '../../functions/pipeline/lanes.js';
 import { type ExternalCaptchaai, externalCaptchaai } from '../../local/stack/captchaai.js';
 import { type AnyLocalStack, startLocalStack } from '../../local/stack/local-stack.js';
+import { deployedWorker } from '../../local/stack/observation.js';
 import {
   generatedRecords,
   type RecordMix,
@@ -29,6 +31,8 @@ interface LocalOptions {
   allowRemoteCaptchaai?: boolean;
   mix?: RecordMix;
   latency: string[];
+  lanes?: string;
+  workerMemory?: string;
 }
 
 /** What `threadgate local` runs, from its options and the environment, validated before anything starts. */
@@ -42,6 +46,8 @@ interface LocalRun {
   generated: number | undefined;
   mix: RecordMix | undefined;
   captchaai: ExternalCaptchaai | undefined;
+  /** Deploy-time settings given on the command line (lanes, workerMemoryMb); only those pinned. */
+  settings: { lanes?: number; workerMemoryMb?: number };
 }
 
 function readLocalRun(
@@ -106,13 +112,21 @@ function readLocalRun(
     generated,
     mix: options.mix,
     captchaai,
+    settings: {
+      ...(options.lanes !== undefined ? { lanes: positiveInt('lanes', options.lanes, 1, MAX_LANES) } : {}),
+      ...(options.workerMemory !== undefined
+        ? { workerMemoryMb: positiveInt('worker-memory', options.workerMemory, 128, 10_240) }
+        : {}),
+    },
   };
 }
 
-function positiveInt(name: string, raw: string, min = 1): number {
+function positiveInt(name: string, raw: string, min = 1, max = Number.MAX_SAFE_INTEGER): number {
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < min)
-    throw new CliError(`--${name} must be a whole number >= ${min}, got "${raw}"`, EXIT.usage);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    const range = max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`;
+    throw new CliError(`--${name} must be a whole number ${range}, got "${raw}"`, EXIT.usage);
+  }
   return n;
 }
 
@@ -247,7 +261,18 @@ function localCommand(program: Command): Command {
       'let --captchaai-url name a host that is not loopback (e.g. https://ocr.captchaai.com): the key and the tasks go there',
     )
     .option('--latency <TYPE=SPEC>', `${LATENCY_HELP}; the stand-in only`, collectLatency, [])
-    .option('--json', 'print one JSON summary object on stdout')
+    .option(
+      '--lanes <k>',
+      'the most lanes one worker invocation may run (deploy-time setting lanes; default 1): the cap is carried by r invocations of L lanes',
+    )
+    .option(
+      '--worker-memory <mb>',
+      "the worker's memory (deploy-time setting workerMemoryMb; default its default, which follows --lanes)",
+    )
+    .option(
+      '--json',
+      'print one JSON summary object on stdout (with the lanes deployed, r, L and the worker memory)',
+    )
     .option(
       '--keep',
       'keep everything running afterwards and print the endpoints and environment for the CLI',
@@ -337,6 +362,8 @@ async function runLocal(options: LocalOptions, command: Command): Promise<void> 
       timeScale: run.timeScale,
       captchaai: run.captchaai,
       freshSynth: options.freshSynth,
+      // Only pinned settings are passed: the defaults keep the cached synth of a plain stack.
+      ...(Object.keys(run.settings).length > 0 ? { settings: run.settings } : {}),
       onPhase: (m) => say(`… ${m}`),
     });
     const stack = life.held.stack;
@@ -349,9 +376,13 @@ async function runLocal(options: LocalOptions, command: Command): Promise<void> 
         `deployed ${stack.stackName} in ${(t.totalMs / 1000).toFixed(1)} s (synth ${t.synthCached ? 'cached' : `${(t.synthMs / 1000).toFixed(1)} s`}, bootstrap ${(t.bootstrapMs / 1000).toFixed(1)} s, deploy ${(t.deployMs / 1000).toFixed(1)} s; ${((Date.now() - started) / 1000).toFixed(1)} s with startup)`,
       );
     }
+    const worker = await deployedWorker(stack);
+    say(
+      `worker: ${worker.worker_memory_mb} MB, lanes ${worker.lanes.setting}: r ${worker.lanes.r} invocations of L ${worker.lanes.L} lanes (Lambda quota needed on AWS: ${worker.lanes.lambda_quota_needed})`,
+    );
     const summary = await enqueueAndWait(stack, run, life.signal, say);
     if (life.signal.aborted) return;
-    await finish(stack, summary, options, run.timeoutS, life.signal, say);
+    await finish(stack, { ...summary, ...worker }, options, run.timeoutS, life.signal, say);
   } finally {
     await life.end();
   }

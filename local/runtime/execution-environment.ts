@@ -2,6 +2,7 @@ import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
+import { type CpuShare, cpuShareWanted, limitCpu } from './cpu-share.js';
 import { lambdaNodeArgs, lambdaNodeBinary } from './lambda-node.js';
 import type { LogSink } from './log-sink.js';
 import { type DeployedFunction, errorMessage, type InvokeResult, type MemorySample } from './types.js';
@@ -16,6 +17,8 @@ interface EnvironmentChannel {
   readonly stdout: Readable | null;
   readonly stderr: Readable | null;
   terminate(): Promise<number>;
+  /** Lambda's CPU share for the environment's process (process isolation with THREADGATE_LOCAL_CPU=lambda). */
+  readonly cpu?: CpuShare;
 }
 
 function threadChannel(env: Record<string, string>, data: unknown): EnvironmentChannel {
@@ -38,7 +41,12 @@ function threadChannel(env: Record<string, string>, data: unknown): EnvironmentC
   };
 }
 
-function processChannel(env: Record<string, string>, data: unknown, memoryMb: number): EnvironmentChannel {
+function processChannel(
+  env: Record<string, string>,
+  data: unknown,
+  memoryMb: number,
+  name: string,
+): EnvironmentChannel {
   const child = fork(THREAD_BOOTSTRAP, [JSON.stringify(data)], {
     env,
     // Lambda's Node.js major with Lambda's heap flags: the environment's memory is measured as Lambda's.
@@ -47,7 +55,11 @@ function processChannel(env: Record<string, string>, data: unknown, memoryMb: nu
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     serialization: 'advanced',
   });
+  // Into its cgroup at once: only Node's own start-up (before the bundle loads) runs unlimited.
+  const cpu = cpuShareWanted() && child.pid !== undefined ? limitCpu(child.pid, memoryMb, name) : undefined;
+  if (cpu) child.once('exit', () => cpu.remove());
   return {
+    cpu,
     post: (m) => child.send(m as never),
     on: (event, listener) => child.on(event, listener),
     stdout: child.stdout,
@@ -100,7 +112,7 @@ export class ExecutionEnvironment {
     };
     const data = { taskRoot: fn.taskRoot, handler: fn.handler };
     this.worker =
-      isolation === 'process' ? processChannel(env, data, fn.memorySize) : threadChannel(env, data);
+      isolation === 'process' ? processChannel(env, data, fn.memorySize, this.id) : threadChannel(env, data);
     for (const stream of [this.worker.stdout, this.worker.stderr]) {
       if (!stream) continue;
       let buffered = '';
@@ -164,6 +176,11 @@ export class ExecutionEnvironment {
     invocations: 0,
     last: undefined as MemorySample | undefined,
   };
+
+  /** The environment's CPU share (process isolation under THREADGATE_LOCAL_CPU=lambda), or undefined. */
+  get cpu(): CpuShare | undefined {
+    return this.worker.cpu;
+  }
 
   private noteMemory(m: MemorySample): void {
     this.memory.peakHeapUsed = Math.max(this.memory.peakHeapUsed, m.heapUsed);

@@ -123,6 +123,11 @@ export class FunctionHost {
       peakExternal: m.peakExternal,
       invocations: m.invocations,
       ...(env.isolation === 'process' ? { peakRss: m.peakOsRss } : {}),
+      ...(m.last.cpuMicros !== undefined ? { cpuSeconds: m.last.cpuMicros / 1e6 } : {}),
+      ...(m.last.loopDelay ? { loopDelay: m.last.loopDelay } : {}),
+      ...(env.cpu
+        ? { cpuShare: { share: env.cpu.share, error: env.cpu.error, ...env.cpu.throttled() } }
+        : {}),
     });
     this.stats.memory.processPeakRss = Math.max(this.stats.memory.processPeakRss, m.peakRss);
   }

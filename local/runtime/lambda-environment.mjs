@@ -12,6 +12,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { workerData as threadData, parentPort as threadPort } from 'node:worker_threads';
 
@@ -107,14 +108,34 @@ function peakRssBytes() {
   return process.resourceUsage().maxRSS * 1024;
 }
 
+// A process of its own also reports its CPU time and event-loop delay since its init phase ended
+// (in a worker thread both would be the whole runtime's). The delay histogram samples every 10 ms:
+// a lane's read that waits behind another lane's work (or behind a collection, or a CPU share
+// used up) shows as delay.
+const loopDelay = threadPort ? undefined : monitorEventLoopDelay({ resolution: 10 });
+let cpuAtReady;
+
 function memory() {
   const m = process.memoryUsage();
+  const cpu = cpuAtReady ? process.cpuUsage(cpuAtReady) : undefined;
+  const ms = (ns) => Math.round(ns / 1e4) / 100;
   return {
     heapUsed: m.heapUsed,
     heapTotal: m.heapTotal,
     external: m.external,
     rss: m.rss,
     peakRss: peakRssBytes(),
+    ...(cpu ? { cpuMicros: cpu.user + cpu.system } : {}),
+    ...(loopDelay && loopDelay.count > 0
+      ? {
+          loopDelay: {
+            p50Ms: ms(loopDelay.percentile(50)),
+            p99Ms: ms(loopDelay.percentile(99)),
+            maxMs: ms(loopDelay.max),
+            samples: loopDelay.count,
+          },
+        }
+      : {}),
   };
 }
 
@@ -127,7 +148,13 @@ function serializeError(err) {
 // parent starts an invocation's timeout only after this reports ready.
 const handlerPromise = loadHandler();
 handlerPromise.then(
-  () => parentPort.postMessage({ type: 'ready' }),
+  () => {
+    if (!threadPort) {
+      cpuAtReady = process.cpuUsage();
+      loopDelay?.enable();
+    }
+    parentPort.postMessage({ type: 'ready' });
+  },
   (err) => parentPort.postMessage({ type: 'init-error', error: serializeError(err) }),
 );
 

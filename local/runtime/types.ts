@@ -100,6 +100,25 @@ export interface EnvironmentMemory {
   peakRss?: number;
   /** Invocations it ran. */
   invocations?: number;
+  /** CPU seconds its process used since its init phase (process isolation). */
+  cpuSeconds?: number;
+  /** Its event-loop delay since its init phase, ms (process isolation; monitorEventLoopDelay at 10 ms). */
+  loopDelay?: LoopDelay;
+  /** Lambda's CPU share it ran under (THREADGATE_LOCAL_CPU=lambda), or why it ran without one. */
+  cpuShare?: {
+    share?: number;
+    error?: string;
+    throttledPeriods?: number;
+    periods?: number;
+    throttledMs?: number;
+  };
+}
+
+export interface LoopDelay {
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  samples: number;
 }
 
 /**
@@ -119,6 +138,10 @@ export interface MemorySample {
   rss: number;
   /** The process's own peak RSS so far (VmHWM on Linux, else the operating system's maxRSS: lambda-environment.mjs). */
   peakRss?: number;
+  /** CPU time (user + system, µs) of a process-isolated environment since its init phase. */
+  cpuMicros?: number;
+  /** Its event-loop delay since its init phase (a process of its own only). */
+  loopDelay?: LoopDelay;
 }
 
 export interface MappingStats {

@@ -1,11 +1,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { GetFunctionConfigurationCommand } from '@aws-sdk/client-lambda';
 import {
   GetQueueAttributesCommand,
   type MessageAttributeValue,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
+import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import { BatchGetCommand, paginateScan } from '@aws-sdk/lib-dynamodb';
 import { readCap } from '../../functions/pipeline/cap-policy.js';
+import { laneShape, parseShape } from '../../functions/pipeline/lanes.js';
 import { isCancelKey } from '../../functions/records/cancellations.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
@@ -15,6 +18,33 @@ import type { AnyLocalStack, LocalStack } from './local-stack.js';
 /** The local runtime's figures for the worker's event source mapping (undefined without a runtime). */
 export function workerMapping(stack: LocalStack) {
   return stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
+}
+
+/**
+ * The worker as deployed: its memory, its `lanes` setting (LANES) and the shape its cap runs in
+ * (the lane-shape parameter the adjuster publishes; the first shape the stack wrote until then):
+ * r invocations (reserved concurrency, the mapping's maximum) of L lanes, and the account's
+ * Lambda concurrency the reservation needs, r + 100 (Lambda keeps 100 unreserved).
+ */
+export async function deployedWorker(stack: AnyLocalStack): Promise<{
+  worker_memory_mb: number;
+  lanes: { setting: number; r: number; L: number; lambda_quota_needed: number };
+}> {
+  const conf = await stack.lambda.send(
+    new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
+  );
+  const env = conf.Environment?.Variables ?? {};
+  const setting = Number(env.LANES ?? 1) || 1;
+  let shape = setting > 1 ? undefined : laneShape(await currentCap(stack), 1);
+  if (!shape && env.LANE_SHAPE_PARAM) {
+    const out = await stack.ssm.send(new GetParameterCommand({ Name: env.LANE_SHAPE_PARAM }));
+    shape = parseShape(out.Parameter?.Value);
+  }
+  shape ??= laneShape(await currentCap(stack), setting);
+  return {
+    worker_memory_mb: conf.MemorySize ?? 128,
+    lanes: { setting, r: shape.r, L: shape.L, lambda_quota_needed: shape.r + 100 },
+  };
 }
 
 /** The poller's concurrency comes from the deployed configuration: waits (up to 10 s) until it is `limit`. */

@@ -114,12 +114,18 @@ export function generatedRecords(
 /** Bytes of a large page: just under the cap, so the worker reads it all (an over-cap page fails fast). */
 export const LARGE_PAGE_BYTES = MAX_PAGE_BYTES - 16 * 1024;
 
-/** Spreads `share` of the records evenly through the run with a page padded to LARGE_PAGE_BYTES. */
-export function withLargePages(bodies: string[], share: number): string[] {
+/**
+ * Spreads `share` of the records evenly through the run with a page padded to LARGE_PAGE_BYTES,
+ * in runs of `burst` consecutive records (the same share): with lanes, consecutive records are
+ * taken by several lanes of an invocation at about the same time, so a burst puts near-cap pages
+ * in several lanes at once.
+ */
+export function withLargePages(bodies: string[], share: number, burst = 1): string[] {
   if (share <= 0) return bodies;
   return bodies.map((body, i) => {
-    // Record i is large when the running count of large records steps up at it.
-    if (Math.floor((i + 1) * share) === Math.floor(i * share)) return body;
+    // Record i is large when the running count of large groups steps up at its group.
+    const g = Math.floor(i / Math.max(1, burst));
+    if (Math.floor((g + 1) * share) === Math.floor(g * share)) return body;
     const job = JSON.parse(body) as { pageurl: string };
     const url = new URL(job.pageurl);
     url.searchParams.set(PAD_PARAM, String(LARGE_PAGE_BYTES));

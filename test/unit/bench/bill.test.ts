@@ -53,8 +53,9 @@ const template = templateFacts({
   },
 });
 
-function bill(usage: AwsUsageRow[]) {
+function bill(usage: AwsUsageRow[], lanes?: { setting: number; L: number }) {
   return buildBill({
+    ...(lanes ? { lanes } : {}),
     usage,
     template,
     functions: {
@@ -136,6 +137,56 @@ describe('buildBill', () => {
     const full20 = b.monthly.find((m) => m.threads === 20 && m.use === 1);
     expect(full20?.solves_per_month).toBe(1_728_000); // 20 × 2,592,000 s ÷ 30 s
     expect(b.monthly).toHaveLength(6);
+  });
+
+  it("with lanes, gives each plan size its own r × L and quota, and shares the worker's duration among that plan's L lanes", () => {
+    // Prepare: the run had lanes 8 at L 5 (a 20-thread cap); its worker duration per solve is 1 GB-s.
+    const one = bill([], { setting: 1, L: 1 });
+    const eight = bill([], { setting: 8, L: 5 });
+    const row = (b: typeof one, threads: number) =>
+      b.monthly.find((m) => m.threads === threads && m.use === 1);
+    const durationPer1000 = one.variable_per_1000_solves.items.find((it) =>
+      it.item.startsWith('Lambda duration — worker'),
+    )?.usd;
+
+    // Assess: the shapes and quotas of laneShape; one lane: r = threads, quota threads + 100.
+    expect(row(one, 1000)).toMatchObject({ lanes: 1, r: 1000, L: 1, lambda_quota_needed: 1100 });
+    expect(row(eight, 20)).toMatchObject({ lanes: 8, r: 4, L: 5, lambda_quota_needed: 104 });
+    expect(row(eight, 100)).toMatchObject({ r: 14, L: 7, lambda_quota_needed: 114 });
+    expect(row(eight, 1000)).toMatchObject({ r: 125, L: 8, lambda_quota_needed: 225 });
+    // At 20 threads the run's own shape: the same variable cost; at 1,000 threads L 8 against the
+    // run's 5: the worker's duration per solve × 5/8, the rest as it was.
+    const solves = row(one, 1000)?.solves_per_month ?? 0;
+    expect(row(eight, 20)?.variable).toBe(row(one, 20)?.variable);
+    expect(row(eight, 1000)?.variable).toBeCloseTo(
+      (row(one, 1000)?.variable ?? 0) - ((durationPer1000 ?? 0) * solves * (3 / 8)) / 1000,
+      1,
+    );
+  });
+
+  it('gives DynamoDB write units and AWS requests per solve, the scheduled adjuster and the bench left out', () => {
+    const b = bill([
+      row({
+        caller: 'function:tg-worker',
+        service: 'dynamodb',
+        operation: 'UpdateItem',
+        requests: 40,
+        write_units: 40,
+        index_write_units: 20,
+      }),
+      row({ caller: 'function:tg-worker', service: 'sqs', operation: 'ReceiveMessage', requests: 10 }),
+      row({ caller: 'function:tg-adjuster', service: 'ssm', operation: 'GetParameter', requests: 100 }),
+      row({ caller: 'harness', service: 'sqs', operation: 'SendMessageBatch', requests: 1 }),
+      row({ caller: 'harness', service: 'dynamodb', operation: 'Scan', requests: 50 }),
+    ]);
+    expect(b.per_solve).toMatchObject({
+      dynamodb_write_units: 6,
+      dynamodb_write_units_table: 4,
+      dynamodb_write_units_indexes: 2,
+      aws_requests: 5.1,
+      worker_requests: 5,
+      worker_requests_by_operation: { 'dynamodb UpdateItem': 4, 'sqs ReceiveMessage': 1 },
+    });
   });
 });
 

@@ -3,7 +3,9 @@ import {
   parseLearnedSchedules as learned,
   overheadMs,
   parseFunctionLog,
+  parseInvocations,
   unscaledDurationMs,
+  unscaledInvocationMs,
 } from '../../../bench/worker-log.js';
 
 function outcomeLine(requestId: string, extra: Record<string, unknown>): string {
@@ -152,5 +154,28 @@ describe('learned schedule lines', () => {
         expectedWaitMs: 800,
       },
     ]);
+  });
+});
+
+describe('unscaledInvocationMs', () => {
+  // One invocation of two lanes: four records of 1 s solves, two at a time, in 3 s of wall time.
+  const lanesLog = [
+    '2026-11-30T10:00:00.000Z envA START RequestId: r1',
+    ...[1, 2, 3, 4].map(
+      (k) =>
+        `2026-11-30T10:00:0${k < 3 ? 1 : 2}.500Z envA ${outcomeLine('r1', { status: 'submitted', recordKey: `k${k}`, solve_ms: 1000, target_ms: 10 })}`,
+    ),
+    '2026-11-30T10:00:03.000Z envA END RequestId: r1 Duration: 3000 ms',
+  ].join('\n');
+
+  it('bills an invocation once, however many records and lanes it carried, its idle tail included', () => {
+    const [inv] = parseInvocations(lanesLog);
+    expect(inv?.outcomes).toHaveLength(4);
+    // Time scale 1: the duration as measured, not four records' slices.
+    expect(unscaledInvocationMs(inv as never, 1, 2)).toBe(3000);
+    // Time scale 0.5: 4 s of solves shared by 2 lanes = 2 s scaled (4 s at scale 1), 1 s kept.
+    expect(unscaledInvocationMs(inv as never, 0.5, 2)).toBe(5000);
+    // One lane would have waited through all four solves one after another.
+    expect(unscaledInvocationMs(inv as never, 0.5, 1)).toBe(3000 - 3000 + 6000);
   });
 });

@@ -28,6 +28,14 @@ describe('local stack records', () => {
     for (const b of bodies) expect(validateJobMessage(b).ok).toBe(true);
   });
 
+  it('puts the large pages in runs of consecutive records when asked (several lanes at once), the same share', () => {
+    const bodies = withLargePages(generatedRecords(TARGET, 'site-key', 80, 'burst'), 0.1, 4);
+    const large = bodies.flatMap((b, i) =>
+      new URL((JSON.parse(b) as { pageurl: string }).pageurl).searchParams.get('pad') ? [i] : [],
+    );
+    expect(large).toEqual([36, 37, 38, 39, 76, 77, 78, 79]);
+  });
+
   it('generates valid job messages of every sample type, one record key each', () => {
     // Act
     const bodies = generatedRecords(TARGET, 'site-key', 10, 'gen');
