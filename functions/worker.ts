@@ -135,6 +135,7 @@ export function createWorkerDeps(
       ]);
     },
     exchangeSolveTimes,
+    idle: collect,
     solver: async () => captchaai,
     resolver,
     dispatcher: createTargetAgent(config.allowlist, resolver, config.targetTimeoutMs),

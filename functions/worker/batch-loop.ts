@@ -85,10 +85,14 @@ class Invocation {
     this.#deps = (options.lanes?.count ?? 1) > 1 ? sharedStop(deps) : deps;
   }
 
+  /** The lanes this invocation started with. */
+  get laneCount(): number {
+    return Math.max(1, this.options.lanes?.count ?? 1);
+  }
+
   /** Runs every lane to its end: the invocation ends when its last lane does. */
   async run(): Promise<void> {
-    const count = Math.max(1, this.options.lanes?.count ?? 1);
-    const lanes = Array.from({ length: count }, (_, index) =>
+    const lanes = Array.from({ length: this.laneCount }, (_, index) =>
       runLane(this, index, index === 0 ? this.event.Records : []),
     );
     await Promise.all(lanes);
@@ -146,6 +150,26 @@ class Invocation {
       });
     }
     return state;
+  }
+
+  /**
+   * The next message for a lane (./chain.ts). With one lane an empty receive ends the chain, as
+   * always. With lanes, a lane that ends on an empty receive leaves its thread idle until the
+   * whole invocation ends (the mapping cannot start another while r run), so it asks a few times,
+   * EMPTY_RECEIVE_WAIT_MS apart, while the chain is open: a queue fed as it drains is often empty
+   * for a moment only.
+   */
+  async takeNext(): Promise<SQSRecord | undefined> {
+    for (let attempt = 1; ; attempt++) {
+      const record = await receiveSafely(this.#deps);
+      if (record || this.laneCount <= 1 || attempt >= EMPTY_RECEIVE_TRIES || !this.mayTake()) return record;
+      await this.#deps.sleep(
+        Math.max(MIN_EMPTY_RECEIVE_WAIT_MS, EMPTY_RECEIVE_WAIT_MS * this.#deps.config.timeScale),
+        this.options.signal,
+      );
+      // The window may have closed while the lane waited: no record starts after it.
+      if (!this.mayTake()) return undefined;
+    }
   }
 
   /** A message the chain took that will not be worked: visible again at once, never reported. */
@@ -216,6 +240,16 @@ class Invocation {
  * the previous one's answer is in hand or it has ended; at most two records of a lane are open.
  */
 async function runLane(inv: Invocation, index: number, first: SQSRecord[]): Promise<void> {
+  // With lanes, the environment's garbage collection waits until every lane is waiting.
+  const laneEnded = inv.laneCount > 1 ? inv.deps.idle?.laneStarted() : undefined;
+  try {
+    await laneLoop(inv, index, first);
+  } finally {
+    laneEnded?.();
+  }
+}
+
+async function laneLoop(inv: Invocation, index: number, first: SQSRecord[]): Promise<void> {
   const { deps } = inv;
   let previous: Promise<void> = Promise.resolve();
   for (let i = 0; ; i++) {
@@ -229,7 +263,7 @@ async function runLane(inv: Invocation, index: number, first: SQSRecord[]): Prom
       if (own && state === UNREADABLE) break;
     }
     if (own && inv.isStopped()) break;
-    const record = own ? await receiveSafely(deps) : first[i];
+    const record = own ? await inv.takeNext() : first[i];
     if (!record) break;
     if (own && (inv.isStopped() || inv.isAborted())) {
       // Not the event's: Lambda must never see its id among the batch item failures.
@@ -322,6 +356,12 @@ async function workSafely(
     return applyCrash(err, { record, deps, log: deps.logger });
   }
 }
+
+/** Receives a lane makes on an empty queue before it ends (lanes only; see Invocation.takeNext). */
+const EMPTY_RECEIVE_TRIES = 4;
+/** The wait between them at time scale 1, and its floor at small time scales. */
+const EMPTY_RECEIVE_WAIT_MS = 1_000;
+const MIN_EMPTY_RECEIVE_WAIT_MS = 50;
 
 /** After its records, the invocation waits at most this long for an exchange still under way. */
 const EXCHANGE_WAIT_MS = 2_000;

@@ -45,6 +45,11 @@ export interface WorkerDeps {
    * (./batch-loop.ts sharedStop). Unset with one lane: every stop is recorded.
    */
   stops?: { claim(): boolean };
+  /**
+   * The environment's idle collector (./idle-wait.ts): with lanes, each lane says when it runs,
+   * so a garbage collection waits until every lane is waiting. Unset: each wait decides alone.
+   */
+  idle?: { laneStarted(): () => void };
   /** A unique lease owner per claim. */
   newOwner?: () => string;
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
