@@ -1,7 +1,8 @@
 /**
  * Progress for long CLI operations (enqueue, redrive), always on stderr so stdout stays data.
  * On a terminal: one redrawn line with a bar, rate and ETA. Otherwise (pipes, CI logs): a plain
- * line every few seconds and a final one, so logs stay readable.
+ * line every few seconds and a final one, so logs stay readable. And the text chart of in flight
+ * against the cap that `threadgate status --watch` redraws (renderChart).
  */
 
 export interface ProgressStream {
@@ -189,4 +190,62 @@ export function renderBarLine(s: ProgressSnapshot, columns: number, final = fals
   const barWidth = Math.max(10, Math.min(40, columns - s.label.length - tail.length - pct.length - 6));
   const filled = Math.round(fraction * barWidth);
   return `${s.label} [${'#'.repeat(filled)}${'-'.repeat(barWidth - filled)}] ${pct}${tail}`;
+}
+
+export interface ChartSample {
+  /** Epoch ms. */
+  at: number;
+  inFlight: number;
+  cap: number | null;
+}
+
+/**
+ * A small text chart of in flight (bars) against the cap (a line) over the last `windowMs`.
+ * Each column is one time slice; a slice shows the highest in-flight count seen in it.
+ */
+export function renderChart(
+  samples: ChartSample[],
+  o: { now: number; windowMs: number; width?: number; height?: number },
+): string {
+  const width = Math.max(10, o.width ?? 60);
+  const height = Math.max(3, o.height ?? 8);
+  const start = o.now - o.windowMs;
+  const slice = o.windowMs / width;
+  const inFlight: (number | undefined)[] = new Array(width).fill(undefined);
+  const caps: (number | undefined)[] = new Array(width).fill(undefined);
+  for (const s of samples) {
+    if (s.at < start || s.at > o.now) continue;
+    const col = Math.min(width - 1, Math.floor((s.at - start) / slice));
+    inFlight[col] = Math.max(inFlight[col] ?? 0, s.inFlight);
+    if (s.cap !== null) caps[col] = s.cap;
+  }
+  // Carry the cap forward across empty slices so the line is continuous.
+  let lastCap: number | undefined;
+  for (let c = 0; c < width; c++) {
+    if (caps[c] !== undefined) lastCap = caps[c];
+    else if (lastCap !== undefined && inFlight.slice(0, c).some((v) => v !== undefined)) caps[c] = lastCap;
+  }
+  const top = Math.max(1, ...inFlight.map((v) => v ?? 0), ...caps.map((v) => v ?? 0));
+  const rowOf = (value: number) => Math.round((value / top) * height);
+  const labelWidth = String(top).length;
+  const rows: string[] = [];
+  for (let row = height; row >= 1; row--) {
+    let line = '';
+    for (let c = 0; c < width; c++) {
+      const v = inFlight[c];
+      const cap = caps[c];
+      if (v !== undefined && rowOf(v) >= row)
+        line += cap !== undefined && v > cap && rowOf(cap) < row ? '!' : '█';
+      else if (cap !== undefined && rowOf(cap) === row) line += '─';
+      else line += ' ';
+    }
+    const half = Math.round(top / 2);
+    const label =
+      row === height ? String(top) : row === rowOf(half) && half > 0 && half < top ? String(half) : '';
+    rows.push(`${label.padStart(labelWidth)} ┤${line}`);
+  }
+  rows.push(`${'0'.padStart(labelWidth)} ┼${'─'.repeat(width)}`);
+  const minutes = Math.round(o.windowMs / 60_000);
+  rows.unshift(`in flight vs cap, last ${minutes} min (█ in flight, ─ cap, ! above cap)`);
+  return `${rows.join('\n')}\n`;
 }

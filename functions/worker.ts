@@ -7,6 +7,7 @@ import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { lanesAllowed } from './pipeline/lanes.js';
 import { ApiKeySource } from './pipeline/secret.js';
+import { PipelineView, stateCacheMs } from './pipeline/state-view.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
@@ -17,7 +18,6 @@ import { chainUntil } from './worker/chain-window.js';
 import { type WorkerClients, workerClients } from './worker/clients.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import { abortableSleep, collectingWhileIdle, idleCollector } from './worker/idle-wait.js';
-import { PipelineView, stateCacheMs } from './worker/pipeline-view.js';
 import { pollLearning } from './worker/poll-learning.js';
 import { errorSummary, type ProcessOptions, type WorkerDeps } from './worker/types.js';
 import { DEADLINE_MARGIN_MS } from './worker/worst-case.js';
@@ -86,16 +86,7 @@ export function createWorkerDeps(
     timeScale: config.timeScale,
     ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
   });
-  // With lanes the state and the shape are read together and shared by the lanes for a moment;
-  // with one lane every record reads the state, as before.
-  const view = new PipelineView({
-    read: async () => {
-      const snapshot = await control.readStateAndShape();
-      captchaai.noteState(snapshot.state);
-      return snapshot;
-    },
-    ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
-  });
+  const view = pipelineView(config, control, captchaai);
   const store = new OutcomesStore({
     client: clients.ddb,
     tableName: config.tableName,
@@ -103,8 +94,6 @@ export function createWorkerDeps(
     timeScale: config.timeScale,
   });
   const pipeline: WorkerDeps['pipeline'] = {
-    // Every state read (one before each record) reaches the CaptchaAI client: a pause or a
-    // resume since its key was read drops that key, so a rotated key is used from the resume on.
     readState: async () => (await view.read()).state,
     readShape: async () => (await view.read()).shape,
     pause: (reason, by, code) => control.pause(reason, by, code),
@@ -145,6 +134,27 @@ export function createWorkerDeps(
     metrics,
     ...overrides,
   };
+}
+
+/**
+ * The environment's reads of the pipeline state: with lanes the state and the shape are read
+ * together and shared by the lanes for a moment; with one lane every record reads the state, as
+ * before. Every read reaches the CaptchaAI client: a pause or a resume since its key was read drops
+ * that key, so a rotated key is used from the resume on.
+ */
+function pipelineView(
+  config: WorkerConfig,
+  control: PipelineControl,
+  captchaai: RotatingCaptchaAiClient,
+): PipelineView {
+  return new PipelineView({
+    read: async () => {
+      const snapshot = await control.readStateAndShape();
+      captchaai.noteState(snapshot.state);
+      return snapshot;
+    },
+    ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
+  });
 }
 
 /** A record key no job uses: the warm-up reads it to open the table's connection. */

@@ -139,11 +139,8 @@ export interface ThreadgateProps {
    */
   readonly chainSeconds?: number;
   /**
-   * The most lanes (one-task loops) one worker invocation may run. With more than 1, the cap is
-   * carried by r invocations of L lanes (r × L ≤ cap, L ≤ lanes, L chosen so at most about 2 % of
-   * the cap is unused): reserved concurrency and the mapping's maximum hold r, so the Lambda
-   * duration bill and the account concurrency needed fall by about L; an OOM, a crash or a timeout
-   * of one invocation then touches up to 2L records. Needs chainSeconds above 0.
+   * The most lanes (one-task loops) per worker invocation: r invocations of L lanes carry the cap
+   * (r × L ≤ cap), the duration bill and quota fall by about L (docs/design.md "Lanes").
    * Valid range: 1–64.
    * @default 1
    */
@@ -294,10 +291,8 @@ export class Threadgate extends Construct {
       visibilityTimeout: Duration.seconds(config.visibilityTimeoutSeconds),
       maxReceiveCount: config.maxReceiveCount,
     });
-    const pipelineState = new PipelineState(this, 'PipelineState', {
-      stackName: config.stackName,
-      ...(config.lanes > 1 ? { lanes: config.lanes, initialCap: config.initialCap } : {}),
-    });
+    const { stackName, lanes, initialCap } = config;
+    const pipelineState = new PipelineState(this, 'PipelineState', { stackName, lanes, initialCap });
     // The learned poll schedule's environments share their solve times; a static one needs none.
     const solveTimes =
       config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
@@ -400,10 +395,9 @@ export class Threadgate extends Construct {
    * Cancel batches (`threadgate cancel`, the Python package's `cancel()`): `dynamodb:PutItem` and
    * `dynamodb:GetItem` on the outcomes table, only on the cancel items of batches whose id starts
    * with `batchIdPrefix` (an IAM condition on `dynamodb:LeadingKeys`), and only the cancel item's
-   * own attributes (`dynamodb:Attributes`: its key, `cancelled_batch`, `cancelled_at`,
-   * `cancelled_by`, `cancel_reason`; no `ReturnValues` that would return others), so a producer's
-   * role can cancel its own batches and touch nothing else: no outcome row, no `status` or
-   * `batch_id` on a cancel item (which would put it in a batch's index), no pause, no DLQ.
+   * own attributes (`dynamodb:Attributes`), so a producer's role can cancel its own batches and
+   * touch nothing else: no outcome row, no `status` or `batch_id` on a cancel item (which would
+   * put it in a batch's index), no pause, no DLQ.
    * Valid range: any string; `''` is every batch.
    * @default '' (every batch)
    */
@@ -429,8 +423,7 @@ export class Threadgate extends Construct {
    * jobs queue, the DLQ's messages and their move back, the worker's configuration, the one
    * jobs-queue mapping, the pipeline-state parameter, the outcome rows, batch cancels, and the
    * API-key secret: read (status and resume ask CaptchaAI for the plan's threads with it) and
-   * written (`secret set` creates it or puts a new value: secretsmanager:CreateSecret and
-   * PutSecretValue on that one secret name).
+   * written by `secret set` (CreateSecret, PutSecretValue on that one secret name).
    */
   grantOperate(grantee: iam.IGrantable): iam.Grant {
     const stack = Stack.of(this);
@@ -471,16 +464,15 @@ export class Threadgate extends Construct {
       this.deadLetterQueue.grantConsumeMessages(grantee),
       parts.pipelineState.parameter.grantRead(grantee),
       parts.pipelineState.parameter.grantWrite(grantee),
-      // With lanes, `status` reads the published lane shape too.
-      ...(parts.pipelineState.laneShape ? [parts.pipelineState.laneShape.grantRead(grantee)] : []),
+      ...(parts.pipelineState.laneShape ? [parts.pipelineState.laneShape.grantRead(grantee)] : []), // status
       this.grantReadOutcomes(grantee),
       this.grantCancelBatches(grantee),
       iam.Grant.addToPrincipal({
         grantee,
+        // `threadgate secret set` creates the secret, or rotates the key (a new version).
         actions: [
           'secretsmanager:GetSecretValue',
           'secretsmanager:DescribeSecret',
-          // `threadgate secret set`: creates the secret, or rotates the key (a new version).
           'secretsmanager:CreateSecret',
           'secretsmanager:PutSecretValue',
         ],

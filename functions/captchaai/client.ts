@@ -34,24 +34,12 @@ import {
   type ThreadsInfo,
 } from './types.js';
 
-export { classify, taskParams } from './answers.js';
-export {
-  DEFAULT_TIMINGS,
-  pollWaitMs,
-  readTimingsFromEnv,
-  resolveTimings,
-  type SolveTimings,
-  type SolveTimingsOverrides,
-  TIMING_ENV,
-  TOKEN_LIFETIME_MS,
-} from './timings.js';
+export { classify } from './answers.js';
+export { readTimingsFromEnv, type SolveTimingsOverrides } from './timings.js';
 export type { CaptchaTask, CaptchaType, ClientEvent, SolveResult, ThreadsInfo } from './types.js';
 export { CAPTCHA_TYPES, freshSolveBudget, type SolveBudget, type SolveOptions } from './types.js';
 
-/**
- * The `res.php` action that reports plan capacity. The seed article documents it; CaptchaAI's
- * reference pages do not, so its name lives in this one constant.
- */
+/** The `res.php` action that reports plan capacity (the seed article documents it, CaptchaAI's reference does not). */
 export const THREADSINFO_ACTION = 'threadsinfo';
 
 export interface CaptchaAiClientOptions {

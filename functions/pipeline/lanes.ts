@@ -72,7 +72,7 @@ export const DRAIN_CLOCK_MARGIN_MS = 2_000;
 
 /**
  * How old the last published shape must be before the knobs rise: twice the longest time a worker
- * environment reuses its read of it (functions/worker/pipeline-view.ts STATE_CACHE_MS, 2 s at
+ * environment reuses its read of it (functions/pipeline/state-view.ts STATE_CACHE_MS, 2 s at
  * time scale 1), so no environment still runs a larger L than the one published.
  */
 export const SHAPE_SETTLE_MS = 4_000;

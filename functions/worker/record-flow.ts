@@ -283,11 +283,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
           budget,
           // Every in.php of the solve asks the batch's cancel first (the first, retries, the
           // UNSOLVABLE resubmission, the repeat after a key rotation, one after a resumed task).
-          // With lanes, a stop another lane met (or a paused state) ends it before its in.php too.
-          beforeSubmit: async () => {
-            if (options.stopping?.()) throw new LaneStoppedError('the invocation is stopping');
-            await throwIfCancelled(w);
-          },
+          beforeSubmit: () => beforeEachSubmit(w, options),
           ...(prior.kind === 'resume' ? { resume: prior } : {}),
         }),
       );
@@ -302,15 +298,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     // The task is answered, so its thread is free: a failed page load may now end the record.
     loadPage();
     await timing.time('target_ms', () => page as Promise<unknown>);
-    deps.metrics.addMetric('Solves', MetricUnit.Count, 1);
-    deps.metrics.addMetric('SolveTime', MetricUnit.Milliseconds, solved.solveMs);
-    deps.metrics.addMetric('ResPhpCalls', MetricUnit.Count, solved.polls);
-    log.info('solved', {
-      taskId: solved.taskId,
-      submits: solved.submits,
-      polls: solved.polls,
-      solveMs: solved.solveMs,
-    });
+    noteSolved(w, solved);
 
     const lifetimeMs = scaledTokenLifetimeMs(captchaType, config.timeScale);
     if (deps.now() - solved.solvedAt > lifetimeMs) {
@@ -451,6 +439,28 @@ function cancelOfRecord(w: ClaimWork) {
 }
 
 /** Before an in.php: a cancelled batch (or an unknown cancel) ends the solve without the call. */
+/** The solve's metrics and log line (never its token). */
+function noteSolved(w: ClaimWork, solved: SolveResult): void {
+  w.deps.metrics.addMetric('Solves', MetricUnit.Count, 1);
+  w.deps.metrics.addMetric('SolveTime', MetricUnit.Milliseconds, solved.solveMs);
+  w.deps.metrics.addMetric('ResPhpCalls', MetricUnit.Count, solved.polls);
+  w.log.info('solved', {
+    taskId: solved.taskId,
+    submits: solved.submits,
+    polls: solved.polls,
+    solveMs: solved.solveMs,
+  });
+}
+
+/**
+ * Asked before every in.php of a record: with lanes, a stop another lane met (or a paused state)
+ * ends it first (LaneStoppedError); then the batch's cancel (throwIfCancelled).
+ */
+async function beforeEachSubmit(w: ClaimWork, options: ProcessOptions): Promise<void> {
+  if (options.stopping?.()) throw new LaneStoppedError('the invocation is stopping');
+  await throwIfCancelled(w);
+}
+
 async function throwIfCancelled(w: ClaimWork): Promise<void> {
   const cancel = await cancelOfRecord(w);
   if (cancel) throw new BatchCancelledError(cancel);

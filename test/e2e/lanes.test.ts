@@ -5,7 +5,7 @@ import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { laneShape, type PublishedShape, parseShape } from '../../functions/pipeline/lanes.js';
 import { BatchCancels } from '../../functions/records/cancellations.js';
 import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
-import { stateCacheMs } from '../../functions/worker/pipeline-view.js';
+import { stateCacheMs } from '../../functions/pipeline/state-view.js';
 import { clientConfig } from '../../local/emulator/deploy.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime/child-process.js';
 import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-stack.js';

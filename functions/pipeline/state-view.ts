@@ -1,5 +1,5 @@
-import type { PipelineState } from '../pipeline/control.js';
-import type { PublishedShape } from '../pipeline/lanes.js';
+import type { PipelineState } from './control.js';
+import type { PublishedShape } from './lanes.js';
 
 /**
  * How long an environment reuses its read of the pipeline state and the lane shape, at time
@@ -7,7 +7,7 @@ import type { PublishedShape } from '../pipeline/lanes.js';
  * per record, and a fast drain (a cancelled batch ends records in milliseconds) would send
  * hundreds of GetParameters a second against SSM's default 40. A pause is seen at most this much
  * later (the mapping it disables stops new invocations at once); the adjuster waits twice this
- * before raising r after it lowered L (../pipeline/lanes.ts SHAPE_SETTLE_MS).
+ * before raising r after it lowered L (./lanes.ts SHAPE_SETTLE_MS).
  */
 export const STATE_CACHE_MS = 2_000;
 /** The cache never goes below this at small time scales. */
