@@ -4,6 +4,7 @@ import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { readCapSettings } from '../../functions/pipeline/cap.js';
 import { type CapSettings, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { solvesInForce } from '../../functions/pipeline/lanes.js';
 import { type BatchCancel, cancelFrom, isCancelKey } from '../../functions/records/cancellations.js';
 import { REASON } from '../../functions/records/decisions.js';
 import { OUTCOME_STATUSES } from '../../functions/records/fields.js';
@@ -210,8 +211,7 @@ export async function collectStatus(
       by: state.by,
       mismatch,
     },
-    cap:
-      shape && reading.cap !== undefined ? Math.min(reading.cap * shape.L, shape.cap) : (reading.cap ?? null),
+    cap: shape && reading.cap !== undefined ? solvesInForce(reading.cap, shape) : (reading.cap ?? null),
     lanes: shape
       ? {
           invocations: reading.cap ?? null,

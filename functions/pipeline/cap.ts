@@ -27,6 +27,7 @@ import {
   type PublishedShape,
   readLaneSettings,
   sameShape,
+  solvesInForce,
 } from './lanes.js';
 
 /**
@@ -252,7 +253,8 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
     workingThreads: info.workingThreads,
     externalThreadsBusy: external,
     reservedFallback,
-    inForce: lanes && shape ? (capInForce(after, paused) ?? 0) * shape.L : capInForce(after, paused),
+    inForce:
+      lanes && shape ? solvesInForce(capInForce(after, paused) ?? 0, shape) : capInForce(after, paused),
     paused,
     ...(shape ? { shape } : {}),
   };

@@ -43,6 +43,14 @@ export function laneShape(cap: number, lanes: number): LaneShape {
 }
 
 /**
+ * Solves allowed in flight when `invocations` may run (the knobs in force) with `shape`'s L lanes
+ * each, never more than its cap: the one definition `threadgate status` and the adjuster report.
+ */
+export function solvesInForce(invocations: number, shape: LaneShape): number {
+  return Math.min(invocations * shape.L, shape.cap);
+}
+
+/**
  * What the adjuster publishes (JSON in the lane-shape parameter). `drain` is set for a while after
  * the invocation count came down (r fell): invocations that started before `startedBefore` may
  * still run, up to `fromR` of them, so they run at most `drain.L` lanes (r_old × L_drain ≤ cap)
