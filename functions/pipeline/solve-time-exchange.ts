@@ -18,7 +18,7 @@ import { CAPTCHA_TYPES, type CaptchaType } from '../captchaai/types.js';
  * The solve-times table holds one partition (`pk` = "solve-times") of at most
  * `slots` × CAPTCHA types small items, `sk` = "<type>#<slot>". Each environment picks a slot at
  * random when it starts and, at most once per `everyMs` (`settledEveryMs` once it has made
- * `youngExchanges` exchanges), reads the partition (one Query) and writes its last `share`
+ * `youngExchanges` exchanges; both widened when many peers share: PEERS_PER_PERIOD), reads the partition (one Query) and writes its last `share`
  * answers of a type there (one PutItem of under 1 KB, one write unit) when enough of them are
  * new: `firstShare` answers for the type's first item, `shareEvery` new ones since its last. A
  * PutItem for each type at every exchange cost up to 3.4 write units per solve, more than half
@@ -75,6 +75,18 @@ export const SOLVE_TIME_EXCHANGE_DEFAULTS = {
  * environment's answers, and never for longer than the age limit.
  */
 export const CLOCK_SKEW_MS = 5_000;
+/**
+ * Environments one period serves: with more peers fresh in the partition, an environment's period
+ * widens in proportion (never beyond half of `maxAgeMs`, so its items never age out between two
+ * of its writes), and the fleet's Query rate stays about PEERS_PER_PERIOD ÷ the period whatever
+ * its size. Each Query reads every peer's items, so a fleet of n environments each querying every
+ * period read n² items per period: 50 one-lane environments of a local load run (cap 50) made 10
+ * Queries a second in their first minute, and the emulator, at about 160 ms a Query, answered
+ * nothing else in time (AWS calls timing out, records ending in the DLQ). On AWS the read units
+ * grow the same way. More peers also mean more answers in each read, so less often loses little.
+ */
+export const PEERS_PER_PERIOD = 8;
+
 /** Query pages read per exchange (the partition holds at most slots × types items: one page). */
 export const MAX_QUERY_PAGES = 2;
 
@@ -97,6 +109,12 @@ export interface SolveTimeExchangeOptions {
   settledEveryMs?: number;
   /** Exchanges made every `everyMs` before the period becomes `settledEveryMs`. @default 8 */
   youngExchanges?: number;
+  /**
+   * The first exchange comes at a random moment within this many ms of the start, so
+   * environments started together (a cold fleet, a load run) do not all query at once.
+   * @default 0 (the first call exchanges)
+   */
+  firstWithinMs?: number;
   /** Shared items older than this are ignored. @default 600,000 */
   maxAgeMs?: number;
   /** Items per type (environments share them by slot). @default 32 */
@@ -167,7 +185,9 @@ export function readSharedItem(
 export class SolveTimeExchange {
   readonly #o: Required<Omit<SolveTimeExchangeOptions, 'now'>> & { now: () => number };
   readonly #slot: number;
-  #lastAt = Number.NEGATIVE_INFINITY;
+  #lastAt: number;
+  /** Other environments with fresh items at the last exchange. */
+  #peers = 0;
   /** Exchanges started so far. */
   #exchanges = 0;
   #running: Promise<ExchangeResult | undefined> | undefined;
@@ -181,12 +201,24 @@ export class SolveTimeExchange {
       ...SOLVE_TIME_EXCHANGE_DEFAULTS,
       now: Date.now,
       ...o,
+      firstWithinMs: o.firstWithinMs ?? 0,
       settledEveryMs:
         o.settledEveryMs ??
         ((o.everyMs ?? SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs) * SOLVE_TIME_EXCHANGE_DEFAULTS.settledEveryMs) /
           SOLVE_TIME_EXCHANGE_DEFAULTS.everyMs,
     };
     this.#slot = randomInt(this.#o.slots);
+    const jitter = Math.floor(this.#o.firstWithinMs);
+    // The first exchange is due once `everyMs` has passed since #lastAt: a random moment within firstWithinMs.
+    this.#lastAt =
+      jitter > 0 ? this.#o.now() - this.#o.everyMs + randomInt(jitter + 1) : Number.NEGATIVE_INFINITY;
+  }
+
+  /** The period before the next exchange: young or settled, widened by the peers (PEERS_PER_PERIOD). */
+  periodMs(): number {
+    const base = this.#exchanges < this.#o.youngExchanges ? this.#o.everyMs : this.#o.settledEveryMs;
+    const widened = Math.min(base * (this.#peers / PEERS_PER_PERIOD), this.#o.maxAgeMs / 2);
+    return Math.max(base, widened);
   }
 
   /** Whether the type's item is due: enough answers since its last (or for its first). */
@@ -202,8 +234,7 @@ export class SolveTimeExchange {
    */
   maybeExchange(): Promise<ExchangeResult | undefined> {
     const now = this.#o.now();
-    const every = this.#exchanges < this.#o.youngExchanges ? this.#o.everyMs : this.#o.settledEveryMs;
-    if (this.#running || now - this.#lastAt < every) return Promise.resolve(undefined);
+    if (this.#running || now - this.#lastAt < this.periodMs()) return Promise.resolve(undefined);
     this.#lastAt = now;
     this.#exchanges += 1;
     this.#running = this.#exchange(now).finally(() => {
@@ -237,6 +268,7 @@ export class SolveTimeExchange {
       written += 1;
     }
     const peers = new Map<CaptchaType, SolveTimeInterval[][]>();
+    const environments = new Set<string>();
     let read = 0;
     let startKey: Record<string, AttributeValue> | undefined;
     // At most slots × types items of about 1 KB: one page; items and pages beyond are not read.
@@ -256,6 +288,7 @@ export class SolveTimeExchange {
         const item = readSharedItem(raw, now, this.#o);
         if (!item || item.environment === environment || item.intervals.length === 0) continue;
         read += item.intervals.length;
+        environments.add(item.environment);
         peers.set(item.type, [...(peers.get(item.type) ?? []), item.intervals]);
       }
       startKey = page.LastEvaluatedKey;
@@ -265,6 +298,7 @@ export class SolveTimeExchange {
     // A type no fresh item speaks for any more loses the peers it had: they age out too.
     for (const type of this.#peerTypes) if (!peers.has(type)) schedule.setPeerObservations(type, []);
     this.#peerTypes = new Set(peers.keys());
+    this.#peers = environments.size;
     return { written, read };
   }
 }

@@ -387,22 +387,23 @@ export function decidePauseFailed(
 /**
  * decideStopMetElsewhere — a stop-class error met by a lane after another lane of the same
  * invocation met one and records it (functions/worker/batch-loop.ts): the record goes back to the
- * queue untouched, its claim released when no task exists (a stop at in.php creates none), kept
- * until the lease expires when one does (that task may still hold a thread). On the last allowed
- * receive it is recorded as any stop is, so SQS never moves it without its reason.
+ * queue untouched, its claim released. When no task exists (a stop at in.php creates none) at
+ * once; when one does, the lane first keeps its slot for `taskMustEndMs` (the task's deadline
+ * plus the cool-down: that task may still hold a thread until then), and the claim goes after,
+ * so the redelivery (after the resume) is worked at once instead of waiting out the whole lease.
+ * On the last allowed receive it is recorded as any stop is, so SQS never moves it without its
+ * reason.
  */
 export function decideStopMetElsewhere(
   stop: Extract<RecordDecision, { action: 'stop' }>,
-  leaseExpiresAt: number | undefined,
+  taskMustEndMs: number,
 ): Extract<RecordDecision, { action: 'retry' | 'stop' }> {
   if (stop.lastReceive) return stop;
-  if (stop.taskId === undefined)
-    return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE };
   return {
     action: 'retry',
-    release: false,
+    release: true,
     reason: REASON.STOPPED_BY_ANOTHER_LANE,
-    ...(leaseExpiresAt === undefined ? {} : { notBefore: leaseExpiresAt }),
+    ...(stop.taskId === undefined ? {} : { cooldownMs: taskMustEndMs }),
   };
 }
 

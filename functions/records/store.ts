@@ -9,6 +9,7 @@ import {
   type UpdateItemCommandOutput,
 } from '@aws-sdk/client-dynamodb';
 import { awsWaitMs } from '../common/aws-clients.js';
+import { type ClaimRequest, earlierReceiveCondition } from './claim-owner.js';
 import { FINAL_STATUSES } from './fields.js';
 import type { ClaimResult, FinalOutcome, OutcomeRow, WriteResult } from './outcome-row.js';
 
@@ -16,7 +17,8 @@ import type { ClaimResult, FinalOutcome, OutcomeRow, WriteResult } from './outco
  * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
  * conditional, which is what makes the worker idempotent:
  * - claim: allowed when there is no row, the row is `stopped`, or it is `in_progress` with
- *   an expired lease. A failed claim returns the existing row (ALL_OLD) to say why; when the
+ *   an expired lease, or with a lease an earlier receive of the same SQS message left
+ *   (./claim-owner.ts). A failed claim returns the existing row (ALL_OLD) to say why; when the
  *   emulator leaves the row out of the error, a consistent read fetches it (see existingRow).
  * - finish / release / the phase markers (task_id + task_submitted_at, posting_at): only while
  *   this owner still holds the claim. A successful claim returns the row it replaced, markers
@@ -150,18 +152,16 @@ export class OutcomesStore {
    * the tries a lost answer would crash the record and its redelivery would meet its own claim as
    * another owner's, waiting out the whole lease.
    */
-  async claim(
-    recordKey: string,
-    claim: { owner: string; leaseMs: number; captchaType: string; batchId?: string },
-  ): Promise<ClaimResult> {
+  async claim(recordKey: string, claim: ClaimRequest): Promise<ClaimResult> {
     const now = this.now();
     const leaseExpiresAt = now + claim.leaseMs;
+    const earlier = earlierReceiveCondition(claim.receive);
     const input = {
       TableName: this.options.tableName,
       Key: { record_key: s(recordKey) },
       ConditionExpression:
         'attribute_not_exists(record_key) OR #status = :stopped OR ' +
-        '(#status = :in_progress AND (lease_expires_at < :now OR lease_owner = :owner))',
+        `(#status = :in_progress AND (lease_expires_at < :now OR lease_owner = :owner${earlier.condition}))`,
       UpdateExpression:
         'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
         `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
@@ -177,6 +177,7 @@ export class OutcomesStore {
         ':type': s(claim.captchaType),
         ':iso': s(new Date(now).toISOString()),
         ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
+        ...earlier.values,
       },
       // The row before the claim: its phase markers say what an earlier claim left behind.
       ReturnValues: 'ALL_OLD',

@@ -1,5 +1,10 @@
 import { type PollScheduleSettings, readPollScheduleFromEnv } from '../captchaai/poll-schedule.js';
-import { DEFAULT_TIMINGS, readTimingsFromEnv, type SolveTimingsOverrides } from '../captchaai/timings.js';
+import {
+  DEFAULT_TIMINGS,
+  readTimingsFromEnv,
+  resolveTimings,
+  type SolveTimingsOverrides,
+} from '../captchaai/timings.js';
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
 import { DEFAULTS } from '../common/settings.js';
@@ -104,4 +109,9 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     formExpect: parseFormExpectation(env.FORM_EXPECT, 'FORM_EXPECT'),
     ...readLaneSettings(env),
   };
+}
+
+/** A CaptchaAI task's deadline as this worker's client applies it (scaled). */
+export function taskDeadlineMs(config: Pick<WorkerConfig, 'captchaTimings' | 'timeScale'>): number {
+  return resolveTimings(config.captchaTimings).deadlineMs * config.timeScale;
 }

@@ -13,6 +13,7 @@ import {
 } from '../records/decisions.js';
 import { batchIdOf } from '../records/job-schema.js';
 import { type OutcomeRow, type OutcomeStatus, writeBackoffMs } from '../records/store.js';
+import { taskDeadlineMs } from './config.js';
 import { errorSummary, type RecordResult, type WorkerDeps } from './types.js';
 import { STOP_SQS_TRIES } from './worst-case.js';
 
@@ -255,7 +256,7 @@ async function applyStop(
   const { deps, log, record } = c;
   if (deps.stops && !deps.stops.claim()) {
     // Another lane of this invocation met the stop first and records it.
-    const elsewhere = decideStopMetElsewhere(decision, c.leaseExpiresAt);
+    const elsewhere = decideStopMetElsewhere(decision, taskDeadlineMs(deps.config) + deps.config.cooldownMs);
     if (elsewhere.action === 'retry') return applyDecision(elsewhere, c);
   }
   // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.

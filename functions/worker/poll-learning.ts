@@ -53,6 +53,7 @@ function solveTimeExchange(
     environment: randomUUID(),
     schedule: pollSchedule,
     everyMs: exchangeEveryMs(config.timeScale),
+    firstWithinMs: exchangeEveryMs(config.timeScale),
     now,
   });
   return () =>

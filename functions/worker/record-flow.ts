@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@aws-lambda-powertools/logger';
 import { MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { SQSRecord } from 'aws-lambda';
-import { resolveTimings, scaledTokenLifetimeMs } from '../captchaai/timings.js';
+import { scaledTokenLifetimeMs } from '../captchaai/timings.js';
 import { freshSolveBudget, type SolveResult } from '../captchaai/types.js';
 import {
   CaptchaError,
@@ -12,6 +12,7 @@ import {
   TargetError,
 } from '../common/errors.js';
 import { BatchCancelledError } from '../records/cancellations.js';
+import { claimOwner } from '../records/claim-owner.js';
 import {
   type DecisionContext,
   decideCancelled,
@@ -33,6 +34,7 @@ import {
 import type { ClaimResult, WriteResult } from '../records/store.js';
 import { checkTargetUrl } from '../target/allowlist.js';
 import { TargetSession } from '../target/session.js';
+import { taskDeadlineMs } from './config.js';
 import { applyCrash, applyDecision, finished } from './effects.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
 
@@ -129,7 +131,7 @@ export async function processRecord(
     return applyDecision(decideOutcome(err, ctx), { record, deps, log });
   }
 
-  const owner = deps.newOwner?.() ?? randomUUID();
+  const owner = deps.newOwner?.() ?? claimOwner(record.messageId, receiveCount, randomUUID());
   let claim: ClaimResult;
   try {
     claim = await timing.time('claim_ms', () =>
@@ -138,6 +140,7 @@ export async function processRecord(
         leaseMs: config.leaseMs,
         captchaType,
         ...(job.batch_id === undefined ? {} : { batchId: job.batch_id }),
+        receive: { messageId: record.messageId, count: receiveCount },
       }),
     );
   } catch (err) {
@@ -484,9 +487,4 @@ async function endIfCancelled(w: ClaimWork, solvedAttempts: number): Promise<Rec
     recordKey: job.record_key,
     attempts: solvedAttempts,
   });
-}
-
-/** A CaptchaAI task's deadline as this worker's client applies it (scaled). */
-function taskDeadlineMs(config: WorkerDeps['config']): number {
-  return resolveTimings(config.captchaTimings).deadlineMs * config.timeScale;
 }

@@ -3,9 +3,9 @@ import { basename } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The file that waits out a lease window (lease-expiry.test.ts: most of its 210-300 s with
- * nothing to do but wait) first, so its wait overlaps the others' work from the start instead
- * of running late, alone, at the tail. Then the e2e files that share one deployed stack
+ * The files that wait out a lease window (lease-expiry.test.ts and lanes-kill.test.ts: most of
+ * their 200-300 s with nothing to do but wait) first, so their waits overlap the others' work
+ * from the start instead of running late, alone, at the tail. Then the e2e files that share one deployed stack
  * (test/e2e/harness.ts `sharedE2eStack`) back to back, the rest after them in vitest's own
  * order (slowest first). A worker reuses its process, and so its stack, only when the next file
  * in the queue is one of them (vitest.config.ts runs the e2e project without isolation);
@@ -33,9 +33,12 @@ export function isLongest(file: TestSpecification): boolean {
   return file.project.name === 'integration' && basename(file.moduleId) === 'install.test.ts';
 }
 
-/** The e2e file whose records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
+/** The e2e files whose records wait out a claim's lease (crashes: their messages come back after it). */
+const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'lanes-kill.test.ts'];
+
+/** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts, lanes-kill.test.ts). */
 export function waitsOutLeases(file: TestSpecification): boolean {
-  return file.project.name === 'e2e' && basename(file.moduleId) === 'lease-expiry.test.ts';
+  return file.project.name === 'e2e' && WAITS_OUT_LEASES.includes(basename(file.moduleId));
 }
 
 /** Whether a test file takes the shared stack (the one-line adoption the harness documents). */

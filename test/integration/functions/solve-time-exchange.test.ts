@@ -5,6 +5,7 @@ import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
 import {
   decodeIntervals,
   encodeIntervals,
+  PEERS_PER_PERIOD,
   SOLVE_TIMES_PARTITION,
   SolveTimeExchange,
   type SolveTimeExchangeOptions,
@@ -19,12 +20,11 @@ const tableName = 'solve-times-test';
 let clock = 1_000_000;
 const now = () => clock;
 
-beforeAll(async () => {
-  moto = await startMoto();
-  clients = clientsFor(moto);
+/** A solve-times table as the stack makes it (pk, sk). */
+async function createTable(name: string): Promise<string> {
   await clients.ddb.send(
     new CreateTableCommand({
-      TableName: tableName,
+      TableName: name,
       BillingMode: 'PAY_PER_REQUEST',
       AttributeDefinitions: [
         { AttributeName: 'pk', AttributeType: 'S' },
@@ -36,6 +36,13 @@ beforeAll(async () => {
       ],
     }),
   );
+  return name;
+}
+
+beforeAll(async () => {
+  moto = await startMoto();
+  clients = clientsFor(moto);
+  await createTable(tableName);
 });
 afterAll(async () => {
   await moto?.stop();
@@ -169,6 +176,51 @@ describe('when an environment writes its answers', () => {
     expect(made).toBe(11);
     const queries = (await awsUsage(moto.endpoint)).calls.filter((r) => r.operation === 'Query');
     expect(queries.reduce((a, r) => a + r.requests, 0)).toBe(11);
+  });
+
+  it('widens its period with the peers it reads: 16 fresh peers, one Query per 30 s instead of 15 s', async () => {
+    // Prepare: 16 other environments' fresh items in a table of its own
+    const table = await createTable('solve-times-peers');
+    for (let peer = 0; peer < 2 * PEERS_PER_PERIOD; peer++) {
+      await clients.ddb.send(
+        new PutItemCommand({
+          TableName: table,
+          Item: {
+            pk: { S: SOLVE_TIMES_PARTITION },
+            sk: { S: `recaptcha_v2#${peer}` },
+            environment: { S: `peer-${peer}` },
+            intervals: { S: '20000-23000' },
+            updated_at: { N: String(clock) },
+          },
+        }),
+      );
+    }
+    const { exchange } = environment('env-w', table);
+    // Act: a record every 5 s for a minute
+    const at: number[] = [];
+    for (let t = 0; t < 60_000; t += 5_000) {
+      if (await exchange.maybeExchange()) at.push(t);
+      clock += 5_000;
+    }
+    // Assess
+    expect(at).toEqual([0, 30_000]);
+    expect(exchange.periodMs()).toBe(30_000);
+  });
+
+  it('makes its first exchange at a random moment within firstWithinMs of its start, never later', async () => {
+    // Prepare
+    const started = clock;
+    const firsts: number[] = [];
+    // Act: 8 environments started together, each asked every second
+    for (let e = 0; e < 8; e++) {
+      clock = started;
+      const { exchange } = environment(`env-j${e}`, tableName, { firstWithinMs: 10_000 });
+      while (!(await exchange.maybeExchange())) clock += 1_000;
+      firsts.push(clock - started);
+    }
+    // Assess
+    expect(Math.max(...firsts)).toBeLessThanOrEqual(10_000);
+    expect(new Set(firsts).size).toBeGreaterThan(1);
   });
 
   it('keeps a full item of 64 answers at their longest under 1 KB: one write unit', async () => {

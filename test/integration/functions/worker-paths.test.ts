@@ -466,6 +466,19 @@ describe('a record whose own handling fails, on the wire', () => {
     await sendJobs(clients.sqs, s.res.queueUrl, [job(key)]);
     return { key, event: await receiveAll(clients.sqs, s.res.queueUrl, 1, 0) };
   };
+  /** The record worked on its second receive, after its first ended on a crash, and its one in.php and POST. */
+  const expectWorkedOnSecondReceive = async (
+    s: Setup,
+    key: string,
+    out: { crashed: SQSBatchResponse; redelivered: Message[]; worked: SQSBatchResponse },
+  ) => {
+    expect(out.crashed.batchItemFailures).toHaveLength(1);
+    expect(out.redelivered[0]?.Attributes?.ApproximateReceiveCount).toBe('2');
+    expect(out.worked.batchItemFailures).toEqual([]);
+    expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
+    expect(inPhpTimes(key)).toHaveLength(1);
+    expect(posts(key)).toBe(1);
+  };
   const claimOf = (key: string) => ({
     operation: 'UpdateItem',
     key: { record_key: key },
@@ -486,13 +499,29 @@ describe('a record whose own handling fails, on the wire', () => {
     const worked = await deliver(s, redelivered);
     // Assess: the landed claim was given up, not kept for its whole lease.
     expect((await awsFaults(moto.endpoint))[0]).toMatchObject({ failed: WRITE_TRIES });
-    expect(crashed.batchItemFailures).toHaveLength(1);
     expect(afterCrash).toMatchObject({ status: 'in_progress', lease_expires_at: 0 });
-    expect(redelivered[0]?.Attributes?.ApproximateReceiveCount).toBe('2');
-    expect(worked.batchItemFailures).toEqual([]);
-    expect(await s.store.get(key)).toMatchObject({ status: 'submitted' });
-    expect(inPhpTimes(key)).toHaveLength(1);
-    expect(posts(key)).toBe(1);
+    await expectWorkedOnSecondReceive(s, key, { crashed, redelivered, worked });
+  }, 30_000);
+
+  it('a claim that landed with its answer lost and could not be released is taken over by the next receive of the same message: worked on its second receive, one in.php, one POST', async () => {
+    // Prepare: every try of the claim lands with its answer lost, and the row read after it fails too.
+    const s = await setup({ RETRY_DELAY_SECONDS: '0' });
+    const { key, event } = await received(s, 'claim-unknown');
+    await addAwsFaults(moto.endpoint, [
+      { ...claimOf(key), times: WRITE_TRIES, apply: true },
+      { operation: 'GetItem', key: { record_key: key }, times: 1 },
+    ]);
+    // Act
+    const crashed = await deliver(s, event);
+    const afterCrash = await s.store.get(key);
+    // The retry comes back a second after its notBefore (now: no claim of its own was known).
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    const redelivered = await receiveAll(clients.sqs, s.res.queueUrl, 1, 0);
+    const worked = await deliver(s, redelivered);
+    // Assess: the lease was left live (nothing could release it), and the redelivery did not meet it as another's.
+    expect(afterCrash).toMatchObject({ status: 'in_progress' });
+    expect(afterCrash?.lease_expires_at).toBeGreaterThan(Date.now());
+    await expectWorkedOnSecondReceive(s, key, { crashed, redelivered, worked });
   }, 30_000);
 
   it('a claim that fails on the last allowed receive ends the record with its reason: a DLQ copy carrying INTERNAL_ERROR, the queue empty', async () => {

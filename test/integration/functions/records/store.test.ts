@@ -7,6 +7,7 @@ import {
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClientOptions } from '../../../../functions/common/aws-clients.js';
+import { claimOwner } from '../../../../functions/records/claim-owner.js';
 import { decidePriorPhase } from '../../../../functions/records/decisions.js';
 import { OutcomesStore, WRITE_TRIES } from '../../../../functions/records/store.js';
 import { addAwsFaults, awsFaults, clearAwsFaults } from '../../../../local/emulator/fault-client.js';
@@ -108,6 +109,47 @@ describe('outcomes store (moto DynamoDB)', () => {
       claimed: false,
       why: 'leased',
       row: { status: 'in_progress', lease_owner: 'a' },
+    });
+  });
+
+  it('lets a later receive of the same message take over the live lease an earlier receive left, and no other claim', async () => {
+    // Prepare: receive 1 of message m1 claimed and left its lease (its handling threw), with a task marker
+    const k = key();
+    const receive = (messageId: string, count: number) => ({ messageId, count });
+    await store.claim(k, { owner: claimOwner('m1', 1, 'x'), ...lease, receive: receive('m1', 1) });
+    await store.markSubmitted(k, claimOwner('m1', 1, 'x'), { taskId: '71', submittedAt: clock, attempts: 1 });
+    // Act
+    const twin = await store.claim(k, {
+      owner: claimOwner('m1', 1, 'y'),
+      ...lease,
+      receive: receive('m1', 1),
+    });
+    const otherMessage = await store.claim(k, {
+      owner: claimOwner('m2', 2, 'z'),
+      ...lease,
+      receive: receive('m2', 2),
+    });
+    const later = await store.claim(k, {
+      owner: claimOwner('m1', 2, 'w'),
+      ...lease,
+      receive: receive('m1', 2),
+    });
+    const earlierWrites = await store.finish(k, claimOwner('m1', 1, 'x'), {
+      status: 'submitted',
+      reason: 'OK',
+      attempts: 1,
+    });
+    // Assess: a second copy of the same receive and another message meet the lease; the later receive takes it with the marker
+    expect(twin).toMatchObject({ claimed: false, why: 'leased' });
+    expect(otherMessage).toMatchObject({ claimed: false, why: 'leased' });
+    expect(later).toMatchObject({
+      claimed: true,
+      previous: { lease_owner: claimOwner('m1', 1, 'x'), task_id: '71' },
+    });
+    expect(earlierWrites.written).toBe(false);
+    expect(await store.get(k)).toMatchObject({
+      status: 'in_progress',
+      lease_owner: claimOwner('m1', 2, 'w'),
     });
   });
 

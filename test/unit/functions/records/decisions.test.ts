@@ -21,6 +21,7 @@ import {
   decidePauseFailed,
   decidePriorPhase,
   decideRejectConflict,
+  decideStopMetElsewhere,
   decideTargetResponse,
   type PriorPhase,
   type RecordDecision,
@@ -355,6 +356,31 @@ describe('resolver hiccups and invalid redeliveries', () => {
     ],
   ])('a rejected write meeting %s', (_what, row, decision) => {
     expect(decideRejectConflict(row)).toEqual(decision);
+  });
+});
+
+describe('decideStopMetElsewhere', () => {
+  const stop = { action: 'stop', code: 'ERROR_KEY_DOES_NOT_EXIST', reason: 'refused' } as const;
+  it('gives the record back with its claim released at once when the stop came at in.php (no task exists)', () => {
+    expect(decideStopMetElsewhere(stop, 180_000)).toEqual({
+      action: 'retry',
+      release: true,
+      reason: 'STOPPED_BY_ANOTHER_LANE',
+    });
+  });
+  it('keeps the slot until the task must be finished, then releases the claim, when the stop came at res.php', () => {
+    expect(decideStopMetElsewhere({ ...stop, taskId: '71' }, 180_000)).toEqual({
+      action: 'retry',
+      release: true,
+      reason: 'STOPPED_BY_ANOTHER_LANE',
+      cooldownMs: 180_000,
+    });
+  });
+  it('records the stop itself on the last allowed receive', () => {
+    expect(decideStopMetElsewhere({ ...stop, lastReceive: true }, 180_000)).toEqual({
+      ...stop,
+      lastReceive: true,
+    });
   });
 });
 

@@ -1,0 +1,81 @@
+import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { laneShape, type PublishedShape, parseShape } from '../../functions/pipeline/lanes.js';
+import { clientConfig } from '../../local/emulator/deploy.js';
+import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime/child-process.js';
+import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-stack.js';
+import { startE2eStack } from './harness.js';
+
+/**
+ * The deployed stack the lanes files share the shape of (test/e2e/lanes.test.ts,
+ * lanes-kill.test.ts): moto, the real CDK app with `lanes` 4, the local runtime in a process of
+ * its own so the fleet can be killed. A plan of 14 threads with reserve 2 is cap 12, carried by
+ * r = 3 invocations of L = 4 lanes. The fleet kill has a stack of its own: it waits out the
+ * killed invocations' visibility timeout (the lease, about 3 minutes here), and in a file of its
+ * own that wait overlaps the other files' work instead of adding to this one's.
+ */
+export const LANES = 4;
+export const PLAN = { threads: 14, reserve: 2 } as const;
+export const CAP = PLAN.threads - PLAN.reserve;
+export const SHAPE = laneShape(CAP, LANES);
+/**
+ * Lanes beyond the first take their messages with the chain, and at this time scale the default
+ * window is 1.2 s (120 s × 0.01), less than an invocation's warm-up here: 15 s keeps the lanes
+ * taking messages while the tests watch them.
+ */
+export const SETTINGS = { lanes: LANES, chainSeconds: 15 };
+
+/** A lanes stack and its runtime processes (a killed one is replaced by a new one). */
+export class LanesStack {
+  readonly #runtimes: RuntimeProcess[] = [];
+  private constructor(readonly stack: LocalStack) {}
+
+  static async start(name: string): Promise<LanesStack> {
+    const lanes = new LanesStack(await startE2eStack(name, { ...PLAN, runtime: false, settings: SETTINGS }));
+    await lanes.startRuntime();
+    return lanes;
+  }
+
+  async startRuntime(): Promise<void> {
+    this.#runtimes.push(await spawnRuntimeProcess(localRuntimeOptions(this.stack)));
+  }
+
+  /** SIGKILLs the running runtime: every environment and lane at once. */
+  async killRuntime(): Promise<void> {
+    await this.#runtimes.at(-1)?.kill();
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.#runtimes.map((r) => r.kill()));
+    await this.stack.stop();
+  }
+
+  async publishedShape(): Promise<PublishedShape | undefined> {
+    const ssm = new SSMClient(clientConfig(this.stack.awsEnv));
+    try {
+      const out = await ssm.send(new GetParameterCommand({ Name: `/${this.stack.stackName}/lane-shape` }));
+      return parseShape(out.Parameter?.Value);
+    } finally {
+      ssm.destroy();
+    }
+  }
+
+  /** In.php calls (with a task) and POSTs per record of `keys`, from the stand-ins' own logs. */
+  wireCounts(keys: string[]): { inPhp: Map<string, number>; posts: Map<string, number> } {
+    const mine = new Set(keys);
+    const count = (entries: { record: string }[]) => {
+      const m = new Map<string, number>();
+      for (const e of entries) if (mine.has(e.record)) m.set(e.record, (m.get(e.record) ?? 0) + 1);
+      return m;
+    };
+    return {
+      inPhp: count(
+        this.stack.captcha.events(0).entries.filter((e) => e.kind === 'in.php' && e.taskId !== undefined),
+      ),
+      posts: count(this.stack.site.events(0).entries.filter((e) => e.kind === 'post-received')),
+    };
+  }
+}
+
+/** Keys of generated record bodies. */
+export const keysOf = (bodies: string[]) =>
+  bodies.map((b) => (JSON.parse(b) as { record_key: string }).record_key);
