@@ -6,12 +6,12 @@ import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-st
 import { startE2eStack } from './harness.js';
 
 /**
- * The deployed stack the lanes files share the shape of (test/e2e/lanes.test.ts,
- * lanes-kill.test.ts): moto, the real CDK app with `lanes` 4, the local runtime in a process of
+ * The deployed stack of the lanes proofs (test/e2e/lanes.test.ts, and the fleet kill in
+ * lease-expiry.test.ts): moto, the real CDK app with `lanes` 4, the local runtime in a process of
  * its own so the fleet can be killed. A plan of 14 threads with reserve 2 is cap 12, carried by
  * r = 3 invocations of L = 4 lanes. The fleet kill has a stack of its own: it waits out the
- * killed invocations' visibility timeout (the lease, about 3 minutes here), and in a file of its
- * own that wait overlaps the other files' work instead of adding to this one's.
+ * killed invocations' visibility timeout (the lease, about 3 minutes here), so it runs beside
+ * the other proofs that wait out a lease, in one window, instead of adding its own.
  */
 export const LANES = 4;
 export const PLAN = { threads: 14, reserve: 2 } as const;

@@ -1,6 +1,7 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
+import { CAPTCHA_TYPES } from '../../functions/captchaai/types.js';
 import { laneShape } from '../../functions/pipeline/lanes.js';
 import { stateCacheMs } from '../../functions/pipeline/state-view.js';
 import { BatchCancels } from '../../functions/records/cancellations.js';
@@ -10,6 +11,7 @@ import type { LocalStack } from '../../local/stack/local-stack.js';
 import { queueDepth, readDlq, readOutcomes } from '../../local/stack/observation.js';
 import { generatedRecords, goodRecord } from '../../local/stack/records.js';
 import { feedQueue } from '../../local/stack/run.js';
+import { DEFAULT_LATENCY } from '../../local/standins/captchaai/latency.js';
 import {
   allFinished,
   deployedCap,
@@ -26,9 +28,12 @@ import { e2eTarget } from './target.js';
 
 /**
  * Lanes on the deployed stack (./lanes-stack.ts: cap 12 as r = 3 invocations of L = 4 lanes;
- * the fleet kill is in ./lanes-kill.test.ts). Every promise is counted where it lands: in.php and
+ * the fleet kill waits out its lease beside the others in ./lease-expiry.test.ts). Every promise is counted where it lands: in.php and
  * in flight at the CaptchaAI stand-in, POSTs at the target, rows in the table, messages in the DLQ.
  */
+/** A task's solve time (unscaled ms, × the time scale at the stand-in) for the grow: below the client's 120 s deadline. */
+const LONG_TASKS = { minMs: 80_000, maxMs: 100_000 };
+
 let lanes: LanesStack;
 let stack: LocalStack;
 const publishedShape = () => lanes.publishedShape();
@@ -227,11 +232,18 @@ describe.skipIf(e2eTarget() !== 'moto')(
       // A backlog of its own, sent once r has risen: the first one may have drained at cap 6.
       stack.captcha.resetStats();
       const grown = generatedRecords(stack.site.url, stack.site.sitekey, 80, uniquePrefix('grow'));
-      await feedQueue(stack, stack.outputs.QueueUrl, grown, { maxQueued: 40 });
-      await waitFor('every record', async () => allFinished(stack, [...bodies, ...grown]), {
-        timeoutMs: 400_000,
-        intervalMs: 500,
-      });
+      // Tasks near the client's deadline (0.8-1.0 s of its 1.2 s here), so that lanes hold threads
+      // side by side even when the machine is starved and each record's own work is slow.
+      stack.captcha.setLatency(Object.fromEntries(CAPTCHA_TYPES.map((t) => [t, LONG_TASKS])));
+      try {
+        await feedQueue(stack, stack.outputs.QueueUrl, grown, { maxQueued: 40 });
+        await waitFor('every record', async () => allFinished(stack, [...bodies, ...grown]), {
+          timeoutMs: 400_000,
+          intervalMs: 500,
+        });
+      } finally {
+        stack.captcha.setLatency(DEFAULT_LATENCY);
+      }
       const whileGrown = stack.captcha.stats();
       stack.captcha.setThreads(PLAN.threads);
       // Assess

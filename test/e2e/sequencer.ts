@@ -3,9 +3,9 @@ import { basename } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The files that wait out a lease window (lease-expiry.test.ts and lanes-kill.test.ts: most of
- * their 200-300 s with nothing to do but wait) first, so their waits overlap the others' work
- * from the start instead of running late, alone, at the tail. Then the e2e files that share one deployed stack
+ * The file that waits out a lease window (lease-expiry.test.ts: most of its 200-300 s with
+ * nothing to do but wait) first, so its wait overlaps the others' work from the start instead
+ * of running late, alone, at the tail. Then the e2e files that share one deployed stack
  * (test/e2e/harness.ts `sharedE2eStack`) back to back, the rest after them in vitest's own
  * order (slowest first). A worker reuses its process, and so its stack, only when the next file
  * in the queue is one of them (vitest.config.ts runs the e2e project without isolation);
@@ -34,9 +34,9 @@ export function isLongest(file: TestSpecification): boolean {
 }
 
 /** The e2e files whose records wait out a claim's lease (crashes: their messages come back after it). */
-const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'lanes-kill.test.ts'];
+const WAITS_OUT_LEASES = ['lease-expiry.test.ts'];
 
-/** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts, lanes-kill.test.ts). */
+/** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
 export function waitsOutLeases(file: TestSpecification): boolean {
   return file.project.name === 'e2e' && WAITS_OUT_LEASES.includes(basename(file.moduleId));
 }
