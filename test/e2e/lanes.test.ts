@@ -54,7 +54,7 @@ describe.skipIf(e2eTarget() !== 'moto')(
       // Prepare
       expect(SHAPE).toEqual({ cap: 12, r: 3, L: 4 });
       await waitFor('the adjuster to publish the cap', async () => (await publishedShape())?.cap === CAP);
-      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 120, uniquePrefix('cap'));
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 80, uniquePrefix('cap'));
       const keys = keysOf(bodies);
       stack.captcha.setFaults({ neverFinish: 0.05 });
       stack.captcha.resetStats();
@@ -110,7 +110,7 @@ describe.skipIf(e2eTarget() !== 'moto')(
           ...JSON.parse(goodRecord(stack.site.url, stack.site.sitekey, `${batch}-${i}`, 0, 'recaptcha_v2')),
           batch_id: batch,
         });
-      const perBatch = 60;
+      const perBatch = 40;
       const bodies: string[] = [];
       for (let i = 0; i < perBatch; i++) bodies.push(record(a, i), record(b, i));
       const rowsOf = async (batch: string) =>
@@ -231,7 +231,7 @@ describe.skipIf(e2eTarget() !== 'moto')(
       await feeding;
       // A backlog of its own, sent once r has risen: the first one may have drained at cap 6.
       stack.captcha.resetStats();
-      const grown = generatedRecords(stack.site.url, stack.site.sitekey, 80, uniquePrefix('grow'));
+      const grown = generatedRecords(stack.site.url, stack.site.sitekey, 60, uniquePrefix('grow'));
       // Tasks near the client's deadline (0.8-1.0 s of its 1.2 s here), so that lanes hold threads
       // side by side even when the machine is starved and each record's own work is slow.
       stack.captcha.setLatency(Object.fromEntries(CAPTCHA_TYPES.map((t) => [t, LONG_TASKS])));
