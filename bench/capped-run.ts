@@ -147,7 +147,7 @@ async function waitForRun(
       const s = stack.captcha.stats();
       log(
         `bench: capped run ${(elapsed / 1000).toFixed(0)} s: ${done}/${records} done, ${run.feed.lastSent} sent, ` +
-          `${s.inFlight} in flight (max ${s.maxInFlight}), cap ${workerMapping(stack)?.limit ?? '?'}, ZERO_BALANCE ${s.zeroBalance}`,
+          `${s.inFlight} in flight (max ${s.maxInFlight}), invocations at most ${workerMapping(stack)?.limit ?? '?'}, ZERO_BALANCE ${s.zeroBalance}`,
       );
     }
     if (run.feed.error) throw run.feed.error;
