@@ -61,9 +61,9 @@ export function registerLoad(program: Command): void {
     .addHelpText(
       'after',
       `
-The default run (5,000 records, cap 50, 4 producers, 5 % duplicates, time scale 0.1) took
-856.8 s (about 14 minutes, in the older run docs/load.md records) on the project's 2-core machine and needs several GB
-of memory (one worker thread per environment). Exit code 1 when an invariant fails or the run does not finish.
+On the project's 2-core machine 2,000 records at cap 50 took 301 s (7.6 records/s, docs/load.md);
+the default 5,000 take proportionally longer. It needs several GB of memory (one worker thread
+per environment). Exit code 1 when an invariant fails or the run does not finish.
 
 Examples:
   npm run load
