@@ -188,6 +188,8 @@ export class SolveTimeExchange {
   #lastAt: number;
   /** Other environments with fresh items at the last exchange. */
   #peers = 0;
+  /** Exchanges that failed in a row. */
+  #failures = 0;
   /** Exchanges started so far. */
   #exchanges = 0;
   #running: Promise<ExchangeResult | undefined> | undefined;
@@ -217,8 +219,11 @@ export class SolveTimeExchange {
   /** The period before the next exchange: young or settled, widened by the peers (PEERS_PER_PERIOD). */
   periodMs(): number {
     const base = this.#exchanges < this.#o.youngExchanges ? this.#o.everyMs : this.#o.settledEveryMs;
-    const widened = Math.min(base * (this.#peers / PEERS_PER_PERIOD), this.#o.maxAgeMs / 2);
-    return Math.max(base, widened);
+    // Each exchange that failed in a row doubles the period: a table that does not answer (an
+    // emulator or a partition that has fallen behind) is not asked again at the same pace, which
+    // only adds to what keeps it behind. The first success restores it.
+    const factor = Math.max(1, this.#peers / PEERS_PER_PERIOD) * 2 ** Math.min(this.#failures, 10);
+    return Math.max(base, Math.min(base * factor, this.#o.maxAgeMs / 2));
   }
 
   /** Whether the type's item is due: enough answers since its last (or for its first). */
@@ -237,7 +242,17 @@ export class SolveTimeExchange {
     if (this.#running || now - this.#lastAt < this.periodMs()) return Promise.resolve(undefined);
     this.#lastAt = now;
     this.#exchanges += 1;
-    this.#running = this.#exchange(now).finally(() => {
+    this.#running = this.#exchange(now).then(
+      (result) => {
+        this.#failures = 0;
+        return result;
+      },
+      (err: unknown) => {
+        this.#failures += 1;
+        throw err;
+      },
+    );
+    this.#running = this.#running.finally(() => {
       this.#running = undefined;
     });
     return this.#running;

@@ -115,11 +115,16 @@ describe('solve times shared through DynamoDB', () => {
     expect(d.schedule.scheduleOf('image')).toBeUndefined();
   });
 
-  it('rejects when the table cannot be reached, and tries again at the next interval', async () => {
+  it('rejects when the table cannot be reached, and tries again after a period doubled by each failure in a row', async () => {
     const e = environment('env-e', 'no-such-table');
     for (let i = 0; i < 4; i++) e.schedule.observe('recaptcha_v2', 0, 15_000);
     await expect(e.exchange.maybeExchange()).rejects.toThrow();
     await expect(e.exchange.maybeExchange()).resolves.toBeUndefined();
+    clock += 15_000;
+    await expect(e.exchange.maybeExchange()).resolves.toBeUndefined();
+    clock += 15_000;
+    await expect(e.exchange.maybeExchange()).rejects.toThrow();
+    expect(e.exchange.periodMs()).toBe(60_000);
   });
 });
 
