@@ -242,19 +242,20 @@ export class SolveTimeExchange {
     if (this.#running || now - this.#lastAt < this.periodMs()) return Promise.resolve(undefined);
     this.#lastAt = now;
     this.#exchanges += 1;
-    this.#running = this.#exchange(now).then(
-      (result) => {
-        this.#failures = 0;
-        return result;
-      },
-      (err: unknown) => {
-        this.#failures += 1;
-        throw err;
-      },
-    );
-    this.#running = this.#running.finally(() => {
-      this.#running = undefined;
-    });
+    this.#running = this.#exchange(now)
+      .then(
+        (result) => {
+          this.#failures = 0;
+          return result;
+        },
+        (err: unknown) => {
+          this.#failures += 1;
+          throw err;
+        },
+      )
+      .finally(() => {
+        this.#running = undefined;
+      });
     return this.#running;
   }
 

@@ -13,7 +13,12 @@ import type { AttributeValue } from '@aws-sdk/client-dynamodb';
  * receive (SQS may deliver a message twice) apart: neither takes over the other.
  */
 export function claimOwner(messageId: string, receiveCount: number, random: string): string {
-  return `${messageId}/${receiveCount}/${random}`;
+  return `${receivePrefix(messageId, receiveCount)}${random}`;
+}
+
+/** The start every owner of a message's claims shares, and with a receive count that receive's. */
+function receivePrefix(messageId: string, receiveCount?: number): string {
+  return receiveCount === undefined ? `${messageId}/` : `${messageId}/${receiveCount}/`;
 }
 
 /** The SQS receive a claim is made for. */
@@ -44,8 +49,8 @@ export function earlierReceiveCondition(receive: ClaimReceive | undefined): {
   return {
     condition: ' OR (begins_with(lease_owner, :message) AND NOT begins_with(lease_owner, :receive))',
     values: {
-      ':message': { S: `${receive.messageId}/` },
-      ':receive': { S: `${receive.messageId}/${receive.count}/` },
+      ':message': { S: receivePrefix(receive.messageId) },
+      ':receive': { S: receivePrefix(receive.messageId, receive.count) },
     },
   };
 }
