@@ -29,6 +29,12 @@ export interface AwsFaultRule {
   message?: string;
   /** Carry the call out and only replace its answer by the error (it landed; its answer was lost). */
   apply?: boolean;
+  /**
+   * Instead of failing: carry the call out and answer it after this many ms. A DynamoDB call
+   * holds the emulator's DynamoDB lock meanwhile, as a slow call does in moto's one process, so
+   * every other DynamoDB call waits behind it.
+   */
+  delay_ms?: number;
 }
 
 export interface AwsFaultRuleState extends Required<Omit<AwsFaultRule, 'service' | 'key' | 'rate'>> {
@@ -49,7 +55,7 @@ export interface AwsRequestEntry {
   t: number;
   /** `DynamoDB_20120810.UpdateItem`, `AmazonSQS.SendMessage`, … */
   op: string;
-  /** HTTP status answered. */
+  /** HTTP status answered; 499: not carried out, its client had hung up when its turn came. */
   status: number;
   /** The rule that failed it, if one did. */
   fault?: number;

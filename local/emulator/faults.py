@@ -26,15 +26,21 @@ RULE:
   message    optional error message
   apply      true: the call is carried out first and only its answer is replaced by the error
              (a write that landed but whose answer was lost)
+  delay_ms   instead of failing: the call is carried out and answered after this many ms; a
+             DynamoDB call holds the launcher's DynamoDB lock meanwhile, an SQS call its queue
+             lock, as a slow call does in moto's one process (every other call of that service
+             that needs the lock waits behind it)
 
 Each request-log entry: seq, t (epoch ms), op ("DynamoDB_20120810.UpdateItem"), key (the
-DynamoDB Key's string values), status (HTTP status answered), fault (the rule id when one fired),
+DynamoDB Key's string values), status (HTTP status answered; 499: not carried out, because its
+client had hung up when its turn came, see moto_server.py _ServedLock), fault (the rule id when one fired),
 and for DynamoDB writes `update` / `condition` (the expressions) and `values` (the short string
 values of ExpressionAttributeValues). Neither tokens nor API keys travel through DynamoDB or SQS
 calls' expressions; message bodies are never logged.
 """
 
 import collections
+import contextlib
 import io
 import itertools
 import json
@@ -62,7 +68,7 @@ class RuleError(ValueError):
 def _check_rule(raw):
     if not isinstance(raw, dict):
         raise RuleError("a rule must be an object")
-    known = {"operation", "service", "key", "contains", "nth", "times", "rate", "seed", "error", "status", "message", "apply"}
+    known = {"operation", "service", "key", "contains", "nth", "times", "rate", "seed", "error", "status", "message", "apply", "delay_ms"}
     unknown = set(raw) - known
     if unknown:
         raise RuleError("unknown rule fields: %s" % ", ".join(sorted(unknown)))
@@ -83,6 +89,9 @@ def _check_rule(raw):
     contains = raw.get("contains", [])
     if not (isinstance(contains, list) and all(isinstance(c, str) for c in contains)):
         raise RuleError("contains must be a list of strings")
+    delay_ms = raw.get("delay_ms", 0)
+    if not isinstance(delay_ms, (int, float)) or isinstance(delay_ms, bool) or not 0 <= delay_ms <= 60_000:
+        raise RuleError("delay_ms must be between 0 and 60000")
     error = raw.get("error", "InternalServerError")
     status = raw.get("status", 500 if error in _SERVER_ERRORS else 400)
     if not isinstance(status, int) or not 400 <= status <= 599:
@@ -99,6 +108,7 @@ def _check_rule(raw):
         "status": status,
         "message": raw.get("message", "injected by threadgate's moto launcher"),
         "apply": bool(raw.get("apply", False)),
+        "delay_ms": delay_ms,
         "rate": rate,
         "seed": raw.get("seed", 1),
         "_random": random.Random(str(raw.get("seed", 1))),
@@ -255,8 +265,23 @@ def _error_response(rule, start_response):
     return [body]
 
 
-def with_faults(app):
-    """`app` behind the control routes, the rules and the request log."""
+def _service_key(service):
+    """"dynamodb" or "sqs" from the X-Amz-Target prefix's service ("dynamodb", "amazonsqs")."""
+    return "sqs" if "sqs" in service else service
+
+
+def record_shed(environ):
+    """Log a request that was not carried out because its client had gone (status 499)."""
+    stream = environ.get("wsgi.input")
+    raw = stream.getvalue() if isinstance(stream, io.BytesIO) else b""
+    info = _describe(environ, raw)
+    if info["operation"]:
+        _record(info, 499, None)
+
+
+def with_faults(app, locks):
+    """`app` behind the control routes, the rules and the request log. `locks`: the launcher's
+    lock per service ({"dynamodb": ..., "sqs": ...}), held by a delayed call of it while it waits."""
 
     def wrapped(environ, start_response):
         path = environ.get("PATH_INFO", "")
@@ -267,17 +292,15 @@ def with_faults(app):
         raw = buffer_body(environ)
         info = _describe(environ, raw)
         rule = _fault_for(info, raw) if info["operation"] else None
+        if rule and rule["delay_ms"]:
+            with locks.get(_service_key(info["service"])) or contextlib.nullcontext():
+                time.sleep(rule["delay_ms"] / 1000)
+                return _served(info, rule, app, environ, start_response)
         if rule and not rule["apply"]:
             _record(info, rule["status"], rule)
             return _error_response(rule, start_response)
-        answered = {}
-
-        def note_status(status, headers, exc_info=None):
-            answered["status"] = int(status.split(" ", 1)[0])
-            return start_response(status, headers, exc_info) if not rule else None
-
         if rule:  # carried out, answer replaced
-            body = app(environ, note_status)
+            body = app(environ, lambda status, headers, exc_info=None: None)
             try:
                 for _ in body:
                     pass
@@ -285,8 +308,24 @@ def with_faults(app):
                 getattr(body, "close", lambda: None)()
             _record(info, rule["status"], rule)
             return _error_response(rule, start_response)
-        result = app(environ, note_status)
-        _record(info, answered.get("status", 0), None)
-        return result
+        return _served(info, None, app, environ, start_response)
 
     return wrapped
+
+
+def _served(info, rule, app, environ, start_response):
+    """The call carried out and answered as moto answers it, logged (with the delay rule's id)."""
+    answered = {}
+
+    def note_status(status, headers, exc_info=None):
+        answered["status"] = int(status.split(" ", 1)[0])
+        return start_response(status, headers, exc_info)
+
+    # Read whole here, so a DynamoDB call's answer is made while a delayed call holds the lock.
+    result = app(environ, note_status)
+    try:
+        chunks = list(result)
+    finally:
+        getattr(result, "close", lambda: None)()
+    _record(info, answered.get("status", 0), rule)
+    return chunks

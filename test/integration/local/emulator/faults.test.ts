@@ -2,6 +2,7 @@ import { DynamoDBClient, GetItemCommand, PutItemCommand, UpdateItemCommand } fro
 import {
   CreateQueueCommand,
   GetQueueAttributesCommand,
+  ReceiveMessageCommand,
   SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
@@ -53,6 +54,17 @@ function update(key: string, status: string) {
       ExpressionAttributeValues: { ':status': { S: status } },
     }),
   );
+}
+
+/** A client that gives up on a call after 300 ms (and closes its connection), one attempt. */
+function impatientConfig() {
+  return {
+    endpoint: moto.endpoint,
+    region: 'us-east-1',
+    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
+    maxAttempts: 1,
+    requestHandler: { requestTimeout: 300, throwOnRequestTimeout: true as const },
+  };
 }
 
 async function outcome(call: Promise<unknown>): Promise<string> {
@@ -166,6 +178,63 @@ describe('moto launcher fault injection', () => {
     ]);
     expect(writes[0]?.update).toBe('SET #s = :status');
     expect(entries.every((e) => e.seq > next)).toBe(true);
+  });
+
+  it('delay_ms: a slow DynamoDB call holds the others; one whose client gave up meanwhile is not carried out', async () => {
+    // Prepare: every GetItem of k-slow takes 1.5 s holding the DynamoDB lock, as a slow call does
+    await addAwsFaults(moto.endpoint, [
+      { operation: 'GetItem', key: { record_key: 'k-slow' }, delay_ms: 1500 },
+    ]);
+    const { next } = await awsRequests(moto.endpoint);
+    const impatient = new DynamoDBClient(impatientConfig());
+    // Act: while the slow read holds the lock, one write from a client that gives up after
+    // 300 ms, and one from a patient client
+    const slow = statusOf('k-slow');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const abandoned = outcome(
+      impatient.send(
+        new PutItemCommand({
+          TableName: TABLE,
+          Item: { record_key: { S: 'k-gone' }, status: { S: 'written' } },
+        }),
+      ),
+    );
+    const patient = outcome(update('k-stays', 'written'));
+    // Assess: the slow read answered; the impatient client timed out and its write never
+    // landed; the patient one waited its turn and landed
+    expect(await slow).toBeUndefined();
+    expect(await abandoned).toBe('TimeoutError');
+    expect(await patient).toBe('ok');
+    expect(await statusOf('k-gone')).toBeUndefined();
+    expect(await statusOf('k-stays')).toBe('written');
+    const { entries } = await awsRequests(moto.endpoint, next);
+    // (a PutItem's item is never logged: the one PutItem is the abandoned write)
+    expect(entries.filter((e) => e.op.endsWith('.PutItem')).map((e) => e.status)).toEqual([499]);
+    const [rule] = await awsFaults(moto.endpoint);
+    expect(rule).toMatchObject({ delay_ms: 1500, seen: 1 });
+    impatient.destroy();
+  });
+
+  it('a receive whose client gave up while a slow SQS call held the queues is not carried out: no receive spent', async () => {
+    // Prepare: a queue that shows a received message again at once; its one message is sent by
+    // a call that takes 1.5 s holding the queue lock
+    const { QueueUrl } = await aws.sqs.send(
+      new CreateQueueCommand({ QueueName: 'shed-q', Attributes: { VisibilityTimeout: '0' } }),
+    );
+    await addAwsFaults(moto.endpoint, [{ operation: 'SendMessage', service: 'sqs', delay_ms: 1500 }]);
+    const impatient = new SQSClient(impatientConfig());
+    // Act: a receive from a client that gives up after 300 ms, made while the send holds the lock
+    const sent = outcome(aws.sqs.send(new SendMessageCommand({ QueueUrl, MessageBody: 'one' })));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const abandoned = outcome(impatient.send(new ReceiveMessageCommand({ QueueUrl, WaitTimeSeconds: 0 })));
+    expect(await abandoned).toBe('TimeoutError');
+    expect(await sent).toBe('ok');
+    // Assess: the next receive is the message's first (the abandoned one took nothing)
+    const { Messages } = await aws.sqs.send(
+      new ReceiveMessageCommand({ QueueUrl, MessageSystemAttributeNames: ['ApproximateReceiveCount'] }),
+    );
+    expect(Messages?.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(['1']);
+    impatient.destroy();
   });
 
   it('refuses a malformed rule with a message that names the field', async () => {
