@@ -61,7 +61,7 @@ export function registerLoad(program: Command): void {
     .addHelpText(
       'after',
       `
-On the project's 2-core machine 2,000 records at cap 50 took 301.1 s (7.6 records/s, docs/load.md);
+On the project's 2-core machine 2,000 records at cap 50 took 289.8 s (12.6 records/s, docs/load.md);
 the default 5,000 take proportionally longer. It needs several GB of memory (one worker thread
 per environment). Exit code 1 when an invariant fails or the run does not finish.
 
