@@ -33,7 +33,7 @@ RULE:
 
 Each request-log entry: seq, t (epoch ms), op ("DynamoDB_20120810.UpdateItem"), key (the
 DynamoDB Key's string values), status (HTTP status answered; 499: not carried out, because its
-client had hung up when its turn came, see moto_server.py _ServedLock), fault (the rule id when one fired),
+client had hung up when its turn came, see served_lock.py), fault (the rule id when one fired),
 and for DynamoDB writes `update` / `condition` (the expressions) and `values` (the short string
 values of ExpressionAttributeValues). Neither tokens nor API keys travel through DynamoDB or SQS
 calls' expressions; message bodies are never logged.

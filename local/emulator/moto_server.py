@@ -34,15 +34,14 @@ import io
 import json
 import logging
 import os
-import select
 import signal
-import socket
 import sys
 import threading
 import time
 from urllib.parse import parse_qs
 
 from faults import record_shed, with_faults  # beside this file: chosen calls fail on the wire, and a request log
+from served_lock import ClientGone, ServedLock, served  # beside this file: calls whose client left are not served
 from usage import with_usage  # beside this file: every request counted as AWS bills it
 
 try:
@@ -105,70 +104,7 @@ def _queue_url(self):
 
 sqs_models.Queue.physical_resource_id = property(_queue_url)
 
-class ClientGone(Exception):
-    """The request's client hung up before its turn came: it is not carried out (see _ServedLock)."""
-
-
-# The connection of the request each server thread is serving (set by _KeepAliveHandler).
-_request = threading.local()
-
-
-def _client_gone():
-    """Whether the client of this thread's request has closed its connection: it gave up (the
-    AWS SDK destroys the socket when its request timeout passes) and nobody reads the answer."""
-    sock = getattr(_request, "connection", None)
-    if sock is None:
-        return False
-    try:
-        # poll, not select: select cannot watch a descriptor numbered 1024 or more.
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        events = poller.poll(0)
-        if not events:
-            return False
-        if events[0][1] & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
-            return True
-        # Readable with no byte to peek is the client's FIN; bytes would be its next request.
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:  # reset under us: gone too
-        return True
-
-
-class _ServedLock:
-    """A reentrant lock that sheds a request whose client has gone by the time it gets the lock.
-
-    moto serves every DynamoDB call and every change to an SQS queue under one of two locks
-    (below), in one Python process. When calls arrive faster than it answers them they queue
-    here; a caller whose request timeout passes (2 s for the functions) hangs up and tries
-    again, but the abandoned request would still be carried out in its turn, so the queue fills
-    with work nobody waits for and every live call waits past its own timeout too: measured in
-    2,000-record load runs at cap 50, where moto, once behind, never caught up again. AWS does
-    not queue a call for seconds behind abandoned ones, and a caller that timed out cannot tell
-    whether its call took effect, so a call whose client is gone when its turn comes is dropped
-    (the connection closed, nothing answered) and the lock goes to the next one. Checked once,
-    when a thread first takes the lock, so a call that started is carried out whole.
-    """
-
-    def __init__(self):
-        self._lock = threading.RLock()
-        self._depth = threading.local()
-
-    def __enter__(self):
-        self._lock.acquire()
-        depth = getattr(self._depth, "n", 0)
-        if depth == 0 and _client_gone():
-            self._lock.release()
-            raise ClientGone()
-        self._depth.n = depth + 1
-        return self
-
-    def __exit__(self, *exc):
-        self._depth.n -= 1
-        self._lock.release()
-        return False
-
-
-_dynamodb_write_lock = _ServedLock()
+_dynamodb_write_lock = ServedLock()
 
 
 def _under(lock, method):
@@ -205,7 +141,7 @@ for _name in ("get_item", "batch_get_item", "query", "scan", "transact_get_items
 # outside it (moto's own condition wakes it), so receives stay concurrent like Lambda's pollers
 # and a waiting long poll never holds up another call. Reentrant: a batch delete calls the single
 # one, and a receive pass moves messages to a dead-letter queue with add_message.
-_sqs_queue_lock = _ServedLock()
+_sqs_queue_lock = ServedLock()
 _receive_message = sqs_models.SQSBackend.receive_message
 
 
@@ -428,14 +364,14 @@ class _KeepAliveHandler(WSGIRequestHandler):
             answer["status"], answer["headers"] = status, headers
             return chunks.append
 
-        _request.connection = self.connection
+        served.connection = self.connection
         try:
             result = self.server.app(environ, start_response)
             try:
                 chunks.extend(result)
             finally:
                 getattr(result, "close", lambda: None)()
-        except ClientGone:  # nobody to answer (_ServedLock): the request log notes it, status 499
+        except ClientGone:  # nobody to answer (served_lock.py): the request log notes it, status 499
             record_shed(environ)
             self.close_connection = True
             return
@@ -444,7 +380,7 @@ class _KeepAliveHandler(WSGIRequestHandler):
             answer, chunks = {"status": "500 Internal Server Error", "headers": []}, [b"Internal Server Error"]
             self.close_connection = True
         finally:
-            _request.connection = None
+            served.connection = None
         payload = b"".join(chunks)
         code, _, reason = answer["status"].partition(" ")
         code = int(code)
