@@ -300,12 +300,7 @@ def with_faults(app, locks):
             _record(info, rule["status"], rule)
             return _error_response(rule, start_response)
         if rule:  # carried out, answer replaced
-            body = app(environ, lambda status, headers, exc_info=None: None)
-            try:
-                for _ in body:
-                    pass
-            finally:
-                getattr(body, "close", lambda: None)()
+            _carry_out(app, environ, lambda status, headers, exc_info=None: None)
             _record(info, rule["status"], rule)
             return _error_response(rule, start_response)
         return _served(info, None, app, environ, start_response)
@@ -313,19 +308,25 @@ def with_faults(app, locks):
     return wrapped
 
 
-def _served(info, rule, app, environ, start_response):
-    """The call carried out and answered as moto answers it, logged (with the delay rule's id)."""
+def _carry_out(app, environ, start_response):
+    """moto serves the call: its HTTP status and its answer, read whole (so a call's answer is
+    made while a delayed call holds its lock)."""
     answered = {}
 
     def note_status(status, headers, exc_info=None):
         answered["status"] = int(status.split(" ", 1)[0])
         return start_response(status, headers, exc_info)
 
-    # Read whole here, so a DynamoDB call's answer is made while a delayed call holds the lock.
     result = app(environ, note_status)
     try:
         chunks = list(result)
     finally:
         getattr(result, "close", lambda: None)()
-    _record(info, answered.get("status", 0), rule)
+    return answered.get("status", 0), chunks
+
+
+def _served(info, rule, app, environ, start_response):
+    """The call carried out and answered as moto answers it, logged (with the delay rule's id)."""
+    status, chunks = _carry_out(app, environ, start_response)
+    _record(info, status, rule)
     return chunks

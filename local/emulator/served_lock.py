@@ -50,24 +50,24 @@ class ServedLock:
     where moto, once behind, never caught up again. AWS does not queue a call for seconds behind
     abandoned ones, and a caller that timed out cannot tell whether its call took effect, so a
     call whose client is gone when its turn comes is dropped (the connection closed, nothing
-    answered) and the lock goes to the next one. Checked once, when a thread first takes the
-    lock, so a call that started is carried out whole.
+    answered) and the lock goes to the next one. Only a call that had to wait for the lock is
+    checked: one that takes it at once has queued behind nothing (and costs no system call), and
+    a thread that already holds it (moto's reentrant calls) always takes it at once, so a call
+    that started is carried out whole.
     """
 
     def __init__(self):
         self._lock = threading.RLock()
-        self._depth = threading.local()
 
     def __enter__(self):
+        if self._lock.acquire(blocking=False):
+            return self
         self._lock.acquire()
-        depth = getattr(self._depth, "n", 0)
-        if depth == 0 and client_gone():
+        if client_gone():
             self._lock.release()
             raise ClientGone()
-        self._depth.n = depth + 1
         return self
 
     def __exit__(self, *exc):
-        self._depth.n -= 1
         self._lock.release()
         return False

@@ -27,14 +27,7 @@ const TABLE = 'fault-outcomes';
 
 beforeAll(async () => {
   moto = await startMoto();
-  // One attempt per call, so every injected failure reaches the test (the SDK would retry).
-  const config = {
-    endpoint: moto.endpoint,
-    region: 'us-east-1',
-    credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
-    maxAttempts: 1,
-  };
-  aws = { ddb: new DynamoDBClient(config), sqs: new SQSClient(config) };
+  aws = { ddb: new DynamoDBClient(clientConfig()), sqs: new SQSClient(clientConfig()) };
   await createOutcomeTable(aws.ddb, TABLE);
 });
 afterAll(async () => {
@@ -56,15 +49,19 @@ function update(key: string, status: string) {
   );
 }
 
-/** A client that gives up on a call after 300 ms (and closes its connection), one attempt. */
-function impatientConfig() {
+/** One attempt per call, so every injected failure reaches the test (the SDK would retry). */
+function clientConfig() {
   return {
     endpoint: moto.endpoint,
     region: 'us-east-1',
     credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
     maxAttempts: 1,
-    requestHandler: { requestTimeout: 300, throwOnRequestTimeout: true as const },
   };
+}
+
+/** A client that gives up on a call after 300 ms (and closes its connection). */
+function impatientConfig() {
+  return { ...clientConfig(), requestHandler: { requestTimeout: 300, throwOnRequestTimeout: true as const } };
 }
 
 async function outcome(call: Promise<unknown>): Promise<string> {
