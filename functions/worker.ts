@@ -14,7 +14,7 @@ import { dnsServerResolver, systemResolver } from './target/allowlist.js';
 import { createTargetAgent } from './target/session.js';
 import { processBatch } from './worker/batch-loop.js';
 import { CancelWatch, cancelRefreshMs } from './worker/cancel-watch.js';
-import { chainUntil } from './worker/chain-window.js';
+import { takeWindow } from './worker/chain-window.js';
 import { type WorkerClients, workerClients } from './worker/clients.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import { abortableSleep, collectingWhileIdle, idleCollector } from './worker/idle-wait.js';
@@ -236,7 +236,7 @@ export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBa
   try {
     return await processBatch(event, deps, {
       signal: controller.signal,
-      chainUntil: chainUntil(deps.config, remaining),
+      ...takeWindow(deps.config, remaining),
       ...(await invocationLanes(deps)),
     });
   } finally {

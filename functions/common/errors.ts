@@ -45,6 +45,17 @@ export class LaneStoppedError extends ThreadgateError {
   readonly code = 'STOPPED_BY_ANOTHER_LANE';
 }
 
+/**
+ * Asked before an in.php in an invocation with lanes: the shortest work of a record no longer fits
+ * before the function timeout (a submit retry or the resubmission after UNSOLVABLE, late in the
+ * invocation). Nothing is submitted and no task of the claim holds a thread; the claim is released
+ * and the record goes back to the queue for a lane with time for it.
+ */
+export class InvocationEndingError extends ThreadgateError {
+  override name = 'InvocationEndingError';
+  readonly code = 'INVOCATION_ENDING';
+}
+
 export class InvalidJobError extends ThreadgateError {
   override name = 'InvalidJobError';
   constructor(

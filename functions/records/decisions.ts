@@ -3,6 +3,7 @@ import {
   CaptchaError,
   DnsUnavailableError,
   InvalidJobError,
+  InvocationEndingError,
   LaneStoppedError,
   PollTimeoutError,
   StopClassError,
@@ -35,6 +36,7 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | InvalidJobError from DnsUnavailableError, receives < limit | retry DNS_UNAVAILABLE (checked before the claim) |
  * | BatchCancelledError (asked before an in.php) | `cancelled` with the cancel's reason            |
  * | LaneStoppedError (asked before an in.php) | retry STOPPED_BY_ANOTHER_LANE, claim released, given back untouched |
+ * | InvocationEndingError (asked before an in.php, lanes) | retry INVOCATION_ENDING, claim released, visible again at once |
  * | CancelUnknownError, receives < limit    | retry CANCEL_UNKNOWN, claim released (nothing sent to in.php or the form) |
  * | CancelUnknownError, receives >= limit   | `failed` CANCEL_UNKNOWN                                      |
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field (a non-final row: see decideRejectConflict) |
@@ -130,6 +132,11 @@ export const REASON = {
   PAUSE_FAILED: 'PAUSE_FAILED',
   /** Another lane of the invocation met the stop first and records it; this record goes back untouched. */
   STOPPED_BY_ANOTHER_LANE: 'STOPPED_BY_ANOTHER_LANE',
+  /**
+   * Late in an invocation with lanes, a record's next in.php (a submit retry, the resubmission)
+   * would no longer fit before the timeout: nothing was sent, the record goes back to the queue.
+   */
+  INVOCATION_ENDING: 'INVOCATION_ENDING',
   /** The form answered, and its answer says no: a failure marker, or a status or redirect `expect` does not accept. */
   FORM_REJECTED: 'FORM_REJECTED',
   /** The form answered without the success marker (or the redirect) `expect` requires. */
@@ -157,6 +164,10 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
   if (err instanceof LaneStoppedError) {
     // Asked before an in.php: nothing was sent; the record waits in the queue for the resume.
     return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE };
+  }
+  if (err instanceof InvocationEndingError) {
+    // Asked before an in.php: nothing was sent and no task of this claim holds a thread.
+    return { action: 'retry', release: true, reason: REASON.INVOCATION_ENDING };
   }
   if (err instanceof CancelUnknownError) {
     // Unknown is never "not cancelled": nothing was sent, so the claim goes and a later

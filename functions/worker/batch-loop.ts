@@ -193,6 +193,11 @@ class Invocation {
 
   /** Accounts for a record's result: deleted, retried, or left as another lane's stop left it. */
   async account(record: SQSRecord, own: boolean, result: RecordResult): Promise<void> {
+    if (own && result.kind === 'retry' && result.reason === REASON.INVOCATION_ENDING) {
+      // Nothing of it was sent and another lane may take it now: visible again at once.
+      this.giveBack(record);
+      return;
+    }
     if (result.kind === 'retry' && result.reason === REASON.STOPPED_BY_ANOTHER_LANE && !result.notBefore) {
       // Another lane of this invocation met the stop first and owns it: this record goes back
       // untouched, as the later records of a stopped batch do.

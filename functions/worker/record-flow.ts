@@ -8,6 +8,7 @@ import {
   CaptchaError,
   DnsUnavailableError,
   InvalidJobError,
+  InvocationEndingError,
   LaneStoppedError,
   TargetError,
 } from '../common/errors.js';
@@ -457,10 +458,15 @@ function noteSolved(w: ClaimWork, solved: SolveResult): void {
 
 /**
  * Asked before every in.php of a record: with lanes, a stop another lane met (or a paused state)
- * ends it first (LaneStoppedError); then the batch's cancel (throwIfCancelled).
+ * ends it first (LaneStoppedError), and so does an invocation too near its end for the shortest
+ * work from this call on (InvocationEndingError, ./chain-window.ts); then the batch's cancel
+ * (throwIfCancelled).
  */
 async function beforeEachSubmit(w: ClaimWork, options: ProcessOptions): Promise<void> {
   if (options.stopping?.()) throw new LaneStoppedError('the invocation is stopping');
+  if (options.submitFits && !options.submitFits()) {
+    throw new InvocationEndingError('too little of the invocation is left for a task; back to the queue');
+  }
   await throwIfCancelled(w);
 }
 

@@ -90,6 +90,12 @@ export interface ProcessOptions {
   /** Until when (a `performance.now()` time) the invocation may take messages itself; unset: never. */
   chainUntil?: number;
   /**
+   * With lanes (./chain-window.ts takeWindow), asked before every in.php call of a record: whether
+   * the shortest work from that call on still fits before the timeout. False: the record goes
+   * back to the queue before the call (InvocationEndingError). Unset: no such check.
+   */
+  submitFits?: () => boolean;
+  /**
    * Lanes (../pipeline/lanes.ts): `count` one-task loops run side by side, and a lane whose index
    * is not below `allowed()` (the published shape, read through the environment's cache) ends
    * before it takes its next message. Unset: one lane.

@@ -65,6 +65,11 @@ export interface WorstCaseSettings {
   targetTimeoutMs: number;
   /** Slot kept after a CaptchaAI deadline (real time). */
   cooldownMs: number;
+  /**
+   * Tasks one record may submit: 2 (the original and its one resubmission after UNSOLVABLE), or 1
+   * for a record that may start only the shortest work ({@link shortestRecordMs}). @default 2
+   */
+  tasks?: 1 | 2;
 }
 
 /** The parts of the worst case, in ms, for the tests and for operators who ask why. */
@@ -120,6 +125,7 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
   const scaled = (ms: number) => ms * s.timeScale;
   const http = Math.max(scaled(t.httpTimeoutMs), MIN_CAPTCHAAI_HTTP_TIMEOUT_MS);
   const task = 2 * http + scaled(t.deadlineMs);
+  const tasks = s.tasks ?? 2;
   let backoffs = 0;
   for (let retry = 0; retry < t.submitRetries; retry++) {
     backoffs += scaled(
@@ -134,7 +140,7 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
   const writes = (MARKER_WRITES + 2) * (WRITE_TRIES * call + writeBackoffTotalMs(s.timeScale));
   return {
     setup: SETUP_MS,
-    captchaai: 2 * task + failedSubmits + keyRotation,
+    captchaai: tasks * task + failedSubmits + keyRotation,
     priorTask: s.cooldownMs,
     ending: Math.max(2 * s.targetTimeoutMs, s.targetTimeoutMs + s.cooldownMs, stopPathMs(s.timeScale)),
     aws: writes,
@@ -146,4 +152,29 @@ export function worstCaseParts(s: WorstCaseSettings): WorstCaseParts {
 /** The worst case of one record in ms: the sum of {@link worstCaseParts}. */
 export function worstCaseRecordMs(s: WorstCaseSettings): number {
   return Object.values(worstCaseParts(s)).reduce((sum, ms) => sum + ms, 0);
+}
+
+/**
+ * The shortest work a record may start: one task, no submit retry (the one re-check of idle threads
+ * and a key rotation still counted), then its ending. An invocation with lanes keeps taking records
+ * while this much is left before its timeout, not only while a whole {@link worstCaseRecordMs} is
+ * (./chain-window.ts); such a record gives up a retry or a resubmission that would no longer fit
+ * and goes back to the queue for another lane (./record-flow.ts, {@link submitFitsMs}).
+ */
+export function shortestRecordMs(s: WorstCaseSettings): number {
+  return worstCaseRecordMs(shortest(s));
+}
+
+/**
+ * What must be left before an in.php call of a record in an invocation with lanes: the shortest
+ * work's worst case from that call on (its setup and an earlier claim's task are behind it). Less,
+ * and the record goes back to the queue before the call instead (nothing of it holds a thread).
+ */
+export function submitFitsMs(s: WorstCaseSettings): number {
+  const { setup, priorTask, ...rest } = worstCaseParts(shortest(s));
+  return Object.values(rest).reduce((sum, ms) => sum + ms, 0);
+}
+
+function shortest(s: WorstCaseSettings): WorstCaseSettings {
+  return { ...s, timings: { ...s.timings, submitRetries: 0 }, tasks: 1 };
 }

@@ -29,7 +29,8 @@ const TARGET_CODES = [...CODE.matchAll(/new TargetError\(\s*['`]([A-Z_]+?)(?:\$\
 /**
  * Not row reasons: an aborted invocation leaves the record to its lease (decideOutcome: retry, no
  * row); a final write that never landed and a pause that failed are retries too (the row's
- * reason comes later: OUTCOME_UNKNOWN, or the stop code), and so is a stop another lane records.
+ * reason comes later: OUTCOME_UNKNOWN, or the stop code), and so is a stop another lane records
+ * and an in.php that no longer fits late in an invocation with lanes (the claim is released).
  */
 const NOT_ROW_REASONS = new Set([
   'TARGET_ABORTED',
@@ -37,6 +38,7 @@ const NOT_ROW_REASONS = new Set([
   REASON.FINAL_WRITE_FAILED,
   REASON.PAUSE_FAILED,
   REASON.STOPPED_BY_ANOTHER_LANE,
+  REASON.INVOCATION_ENDING,
   REASON.LEASED_ELSEWHERE,
   REASON.ALREADY_FINISHED,
 ]);

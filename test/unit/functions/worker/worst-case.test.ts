@@ -13,7 +13,9 @@ import {
   DEADLINE_MARGIN_MS,
   SETUP_MS,
   STOP_PATH_MS,
+  shortestRecordMs,
   stopPathMs,
+  submitFitsMs,
   worstCaseParts,
   worstCaseRecordMs,
 } from '../../../../functions/worker/worst-case.js';
@@ -106,5 +108,37 @@ describe('worstCaseRecordMs: the longest one record can take', () => {
   it('grows with the target timeout and the cool-down', () => {
     expect(worstCaseRecordMs({ ...BASE, targetTimeoutMs: 30_000 })).toBeGreaterThan(worstCaseRecordMs(BASE));
     expect(worstCaseRecordMs({ ...BASE, cooldownMs: 90_000 })).toBeGreaterThan(worstCaseRecordMs(BASE));
+  });
+});
+
+describe('shortestRecordMs and submitFitsMs: the least a lane needs left to start a record, and an in.php', () => {
+  it('counts one task, no submit retry (the idle re-check and a key rotation kept), and every other part whole', () => {
+    // Prepare: by hand from the defaults: one task with its in.php and last poll, one failed in.php
+    // with its threadsinfo (the idle re-check), the rotation's stopped start and secret read.
+    const http = DEFAULT_TIMINGS.httpTimeoutMs;
+    const full = worstCaseParts(BASE);
+    const captchaai = 2 * http + DEFAULT_TIMINGS.deadlineMs + 2 * http + (2 * http + AWS_CALL_MS);
+    // The cancel reads as cancelAsksPerRecord counts them with no retry (it counts the
+    // resubmission's in.php too: 2 s more than one task asks at most, on the safe side).
+    const cancelReads = cancelAsksPerRecord({ submitRetries: 0 }) * AWS_CALL_MS;
+    // Act
+    const shortest = shortestRecordMs(BASE);
+    // Assess
+    expect(shortest).toBe(
+      full.setup + captchaai + full.priorTask + full.ending + full.aws + cancelReads + full.margin,
+    );
+    expect(shortest).toBe(448_750);
+    // What a whole record needs beyond it: the resubmission's task, two retries with their
+    // threadsinfo calls, back-offs and cancel reads.
+    expect(worstCaseRecordMs(BASE) - shortest).toBe(
+      2 * http + DEFAULT_TIMINGS.deadlineMs + 2 * 2 * http + 80_000 + 2 * AWS_CALL_MS,
+    );
+  });
+
+  it("asks before an in.php for the shortest work without its setup and an earlier claim's task, both behind it by then", () => {
+    expect(submitFitsMs(BASE)).toBe(shortestRecordMs(BASE) - SETUP_MS - BASE.cooldownMs);
+    expect(submitFitsMs({ ...BASE, cooldownMs: 0 })).toBe(
+      shortestRecordMs({ ...BASE, cooldownMs: 0 }) - SETUP_MS,
+    );
   });
 });
