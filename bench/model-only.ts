@@ -8,12 +8,15 @@ import {
   formatLatency,
   type LatencyDistribution,
 } from '../local/standins/captchaai/latency.js';
-import { type ModelFigures, modelFigures } from './simulate.js';
+import { formatLanesModel, type LanesModel, lanesModel } from './lanes-model.js';
+import { drawSolveTimes, type ModelFigures, modelFigures } from './simulate.js';
 
 /**
  * `threadgate bench --model-only`: the limit and both poll schedules simulated on the draws a
  * bench with the same records, mix, latency and seed would make, without starting anything
- * (a second; the figures the full run reports beside its measurement).
+ * (a second; the figures the full run reports beside its measurement). With `lanes` (or a take
+ * window), also lanes 1 and lanes K on the same draws with the invocations' tail
+ * (./lanes-model.ts), at today's take window and at the one asked for.
  */
 export function benchModel(o: {
   threads: number;
@@ -22,7 +25,9 @@ export function benchModel(o: {
   seed: number;
   mix?: RecordMix;
   latency?: Partial<Record<CaptchaType, LatencyDistribution>>;
-}): { latency: Record<string, string>; figures: ModelFigures } {
+  lanes?: number;
+  takeWindowSeconds?: number;
+}): { latency: Record<string, string>; figures: ModelFigures; lanes?: LanesModel } {
   const latency = { ...DEFAULT_LATENCY, ...o.latency };
   const types = generatedRecords('https://bench.invalid/form', 'sitekey', o.records, 'model', o.mix).map(
     (body) => {
@@ -41,7 +46,22 @@ export function benchModel(o: {
     settings: DEFAULT_POLL_SCHEDULE,
   });
   const used = [...new Set(types)];
-  return { latency: Object.fromEntries(used.map((t) => [t, formatLatency(latency[t])])), figures };
+  const wantLanes = o.lanes !== undefined || o.takeWindowSeconds !== undefined;
+  return {
+    latency: Object.fromEntries(used.map((t) => [t, formatLatency(latency[t])])),
+    figures,
+    ...(wantLanes
+      ? {
+          lanes: lanesModel({
+            tasks: drawSolveTimes(types, latency, o.seed),
+            cap: o.cap,
+            threads: o.threads,
+            lanes: o.lanes ?? 1,
+            ...(o.takeWindowSeconds === undefined ? {} : { askedWindowMs: o.takeWindowSeconds * 1000 }),
+          }),
+        }
+      : {}),
+  };
 }
 
 /** The model's figures as a few lines of text. */
@@ -63,5 +83,5 @@ export function formatModel(m: ReturnType<typeof benchModel>): string {
   lines.push(
     `learned schedule told the true distribution from the first task: ${f(inf.efficiency)} = ${f(inf.efficiency / limit)} of the limit; ${f(inf.resPhpPerSolve, 2)} res.php per solve (max ${inf.resPhpMaxPerTask}), mean wait ${f(inf.meanWaitMs, 0)} ms`,
   );
-  return `${lines.join('\n')}\n`;
+  return `${lines.join('\n')}\n${m.lanes ? formatLanesModel(m.lanes) : ''}`;
 }

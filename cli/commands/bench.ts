@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import { benchModel, formatModel } from '../../bench/model-only.js';
 import { BENCH_DEFAULTS, formatReport, runBench } from '../../bench/run.js';
 import { MAX_LANES } from '../../functions/pipeline/lanes.js';
+import { LAMBDA_MAX_TIMEOUT_SECONDS } from '../../infra/config.js';
 import { parseMix, type RecordMix } from '../../local/stack/records.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
@@ -27,6 +28,7 @@ interface BenchCommandOptions {
   largePages: number;
   largePageBurst: number;
   modelOnly?: boolean;
+  takeWindowSeconds?: number;
 }
 
 /** `--mix TYPE=WEIGHT,…` (shared with `threadgate local`). */
@@ -58,6 +60,16 @@ export function parseScale(raw: string): number {
 function parseLanes(raw: string): number {
   const n = parseAtLeastOne(raw);
   if (n > MAX_LANES) throw new InvalidArgumentError(`must be an integer from 1 to ${MAX_LANES}`);
+  return n;
+}
+
+function parseTakeWindow(raw: string): number {
+  const n = parsePositive(raw);
+  if (n > LAMBDA_MAX_TIMEOUT_SECONDS) {
+    throw new InvalidArgumentError(
+      `must be within (0, ${LAMBDA_MAX_TIMEOUT_SECONDS}] (Lambda's longest timeout)`,
+    );
+  }
   return n;
 }
 
@@ -153,7 +165,12 @@ function withRunOptions(command: Command): Command {
     )
     .option(
       '--model-only',
-      'print only the limit and both poll schedules simulated on the draws of this run (nothing is started)',
+      "print only the limit and both poll schedules simulated on the draws of this run (nothing is started); with --lanes, also lanes 1 and lanes K with the invocations' tail at today's take window",
+    )
+    .option(
+      '--take-window-seconds <s>',
+      "with --model-only: also model the lanes at this take window (how long after its start an invocation's lanes may take a record)",
+      parseTakeWindow,
     )
     .option('--no-baseline', 'skip the uncapped baseline')
     .option('--json', 'print the JSON report instead of the table');
@@ -174,6 +191,12 @@ async function benchAction(opts: BenchCommandOptions): Promise<void> {
   if (opts.reserve >= opts.threads) {
     throw new CliError('--reserve must be below --threads (the cap must be at least 1)', EXIT.usage);
   }
+  if (opts.takeWindowSeconds !== undefined && !opts.modelOnly) {
+    throw new CliError(
+      '--take-window-seconds is a model setting: use it with --model-only (a run uses the deployed window)',
+      EXIT.usage,
+    );
+  }
   if (opts.modelOnly) {
     const model = benchModel({
       threads: opts.threads,
@@ -182,6 +205,8 @@ async function benchAction(opts: BenchCommandOptions): Promise<void> {
       seed: opts.seed,
       ...(opts.mix ? { mix: opts.mix } : {}),
       latency: latencyFromOptions(opts.latency),
+      ...(opts.lanes ? { lanes: opts.lanes } : {}),
+      ...(opts.takeWindowSeconds === undefined ? {} : { takeWindowSeconds: opts.takeWindowSeconds }),
     });
     process.stdout.write(opts.json ? `${JSON.stringify(model, null, 2)}\n` : formatModel(model));
     return;
