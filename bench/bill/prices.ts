@@ -105,7 +105,7 @@ export const FUNCTION_OPERATIONS: Readonly<Record<string, Readonly<Record<string
       'GetQueueAttributes',
     ].map((op) => [op, sqsRequest]),
   ),
-  ssm: { GetParameter: standardParameter, PutParameter: standardParameter },
+  ssm: { GetParameter: standardParameter, GetParameters: standardParameter, PutParameter: standardParameter },
   secretsmanager: { GetSecretValue: { kind: 'per-request', price: LIST_PRICES.secretsApiCall } },
   lambda: Object.fromEntries(
     [

@@ -1,8 +1,9 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { buildBill } from '../../../bench/bill/bill.js';
 import type { LogUsage } from '../../../bench/bill/log-usage.js';
 import { emfIdentities, logUsage } from '../../../bench/bill/log-usage.js';
-import { LIST_PRICES } from '../../../bench/bill/prices.js';
+import { FUNCTION_OPERATIONS, LIST_PRICES } from '../../../bench/bill/prices.js';
 import { templateFacts } from '../../../bench/bill/template-facts.js';
 import type { AwsUsageRow } from '../../../local/emulator/usage.js';
 
@@ -216,5 +217,39 @@ describe('logUsage', () => {
       'N|Outcomes|service=s,status=submitted',
     ]);
     expect(emfIdentities({})).toEqual([]);
+  });
+});
+
+describe('every AWS call the functions make has a price', () => {
+  it('prices each command the functions import from an AWS SDK client (a call without one would land in bill.unpriced)', () => {
+    // Prepare: every `XxxCommand` imported from @aws-sdk/client-<service> under functions/.
+    const root = new URL('../../../functions/', import.meta.url);
+    const services: Record<string, string> = {
+      dynamodb: 'dynamodb',
+      sqs: 'sqs',
+      ssm: 'ssm',
+      'secrets-manager': 'secretsmanager',
+      lambda: 'lambda',
+    };
+    const used = new Set<string>();
+    for (const file of readdirSync(root, { recursive: true, encoding: 'utf8' })) {
+      if (!file.endsWith('.ts')) continue;
+      const text = readFileSync(new URL(file, root), 'utf8');
+      for (const m of text.matchAll(/import\s*\{([^}]*)\}\s*from\s*'@aws-sdk\/client-([a-z-]+)'/g)) {
+        const service = services[m[2] as string];
+        for (const name of (m[1] as string).matchAll(/\b([A-Z]\w*)Command\b/g)) {
+          used.add(`${service ?? m[2]} ${name[1]}`);
+        }
+      }
+    }
+    // Act
+    const unpriced = [...used].filter((call) => {
+      const [service, operation] = call.split(' ') as [string, string];
+      return FUNCTION_OPERATIONS[service]?.[operation] === undefined;
+    });
+    // Assess: the walk found the calls it should (the combined state and lane-shape read among them).
+    expect(used).toContain('ssm GetParameters');
+    expect(used).toContain('dynamodb UpdateItem');
+    expect(unpriced).toEqual([]);
   });
 });
