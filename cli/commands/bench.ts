@@ -57,7 +57,7 @@ export function parseScale(raw: string): number {
   return n;
 }
 
-function parseLanes(raw: string): number {
+export function parseLanes(raw: string): number {
   const n = parseAtLeastOne(raw);
   if (n > MAX_LANES) throw new InvalidArgumentError(`must be an integer from 1 to ${MAX_LANES}`);
   return n;

@@ -3,7 +3,7 @@ import { CHAOS_DEFAULTS, CHAOS_RATE_NAMES, formatChaos, parseRates } from '../..
 import { runChaos } from '../../local/chaos/run.js';
 import { EXIT } from '../exit-codes.js';
 import { runInterruptible } from '../interrupt.js';
-import { parseAtLeastOne, parseScale } from './bench.js';
+import { parseAtLeastOne, parseLanes, parseScale } from './bench.js';
 import { parseCount } from './solve.js';
 
 interface ChaosCommandOptions {
@@ -16,6 +16,8 @@ interface ChaosCommandOptions {
   killEvery: number;
   maxKills: number;
   maxSeconds: number;
+  lanes?: number;
+  workerMemory?: number;
   json?: boolean;
 }
 
@@ -75,7 +77,20 @@ export function registerChaos(program: Command): void {
       parseSeconds,
       CHAOS_DEFAULTS.maxSeconds,
     )
-    .option('--json', 'print the result as JSON')
+    .option(
+      '--lanes <k>',
+      'the most lanes one worker invocation may run (deploy-time setting lanes; default 1): the cap is carried by r invocations of L lanes, named in the result',
+      parseLanes,
+    )
+    .option(
+      '--worker-memory <mb>',
+      "the worker's memory (deploy-time setting workerMemoryMb; default its default, which follows --lanes)",
+      parseAtLeastOne,
+    )
+    .option(
+      '--json',
+      'print the result as JSON (with the worker deployed: its memory, the lanes setting, r and L)',
+    )
     .addHelpText(
       'after',
       `
@@ -86,7 +101,8 @@ Exit code 1 when an invariant is broken or the run does not end in time (docs/ch
 
 Examples:
   npm run chaos
-  npx threadgate chaos --records 1000 --seed 7 --rates lostHtml502=0.05,postDropped=0.05`,
+  npx threadgate chaos --records 1000 --seed 7 --rates lostHtml502=0.05,postDropped=0.05
+  npx threadgate chaos --records 1000 --seed 21 --threads 14 --lanes 4`,
     )
     .action(async (opts: ChaosCommandOptions) => {
       const result = await runInterruptible('chaos', (signal) =>
@@ -100,6 +116,8 @@ Examples:
           killMeanS: opts.killEvery,
           maxKills: opts.maxKills,
           maxSeconds: opts.maxSeconds,
+          ...(opts.lanes === undefined ? {} : { lanes: opts.lanes }),
+          ...(opts.workerMemory === undefined ? {} : { workerMemoryMb: opts.workerMemory }),
           log: (line) => process.stderr.write(`${line}\n`),
           signal,
         }),

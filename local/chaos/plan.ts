@@ -1,4 +1,5 @@
 import type { AwsFaultRule } from '../emulator/fault-client.js';
+import type { DeployedWorker } from '../stack/observation.js';
 import type { ChaosFigures } from './check.js';
 
 /** The chaos run's settings, its fault draws and its report (pure; local/chaos/run.ts runs it). */
@@ -23,7 +24,7 @@ export interface ChaosRates {
   neverFinish?: number;
   /** Per record: its `failed` write (POLL_TIMEOUT, SUBMIT_ANSWER_LOST, …) fails at the emulator on every try of one delivery. */
   timeoutWriteFails?: number;
-  /** Per SSM GetParameter (the pipeline state every record reads): ThrottlingException. */
+  /** Per SSM GetParameter(s) (the pipeline state every record reads; with lanes, with the lane shape): ThrottlingException. */
   ssmThrottle?: number;
   /** 1: the API key is rotated once mid-run (the secret and CaptchaAI at once); the run resumes and redrives as an operator would. */
   keyRotation?: number;
@@ -57,6 +58,10 @@ export interface ChaosOptions {
   maxKills: number;
   /** The run's time bound after deploy, seconds. */
   maxSeconds: number;
+  /** Deploy-time `lanes` (the most lanes one worker invocation runs); unset: the default, 1. */
+  lanes?: number;
+  /** Deploy-time `workerMemoryMb`; unset: its default, which follows `lanes`. */
+  workerMemoryMb?: number;
   log: (line: string) => void;
   signal?: AbortSignal;
   /** Awaited once the stack is deployed, before any fault or record: a test's own moment to start. */
@@ -208,6 +213,7 @@ function entries(r: Record<string, number>): string {
 
 export function formatChaos(r: {
   seed: number;
+  worker?: DeployedWorker;
   figures: ChaosFigures;
   faults: FaultCounts;
   violations: string[];
@@ -218,6 +224,11 @@ export function formatChaos(r: {
   const d = r.faults;
   return [
     `seed           ${r.seed}`,
+    ...(r.worker
+      ? [
+          `worker         ${r.worker.worker_memory_mb} MB, lanes ${r.worker.lanes.setting}: r ${r.worker.lanes.r} invocations of L ${r.worker.lanes.L} lanes`,
+        ]
+      : []),
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
     `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,

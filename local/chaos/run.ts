@@ -18,7 +18,15 @@ import {
   localRuntimeOptions,
   startLocalStack,
 } from '../stack/local-stack.js';
-import { queueDepth, readDlq, readOutcomes, readOutcomesOf, STATUS_FIELDS } from '../stack/observation.js';
+import {
+  type DeployedWorker,
+  deployedWorker,
+  queueDepth,
+  readDlq,
+  readOutcomes,
+  readOutcomesOf,
+  STATUS_FIELDS,
+} from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
 import { DnsStandin } from '../standins/dns.js';
@@ -39,6 +47,8 @@ import { type ChaosOptions, type FaultCounts, finalWriteFaults, timeoutWriteFaul
  */
 export interface ChaosResult extends ChaosVerdict {
   seed: number;
+  /** The worker as deployed: its memory, the lanes setting, r and L. */
+  worker: DeployedWorker;
   faults: FaultCounts;
   elapsedS: number;
   deployS: number;
@@ -149,13 +159,16 @@ async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Pr
     ...timeoutWriteFaults(keys, o.rates.timeoutWriteFails ?? 0, seedrandom(`${seed}-timeout-write`)),
   );
   if ((o.rates.ssmThrottle ?? 0) > 0) {
-    rules.push({
-      operation: 'GetParameter',
-      service: 'ssm',
-      rate: o.rates.ssmThrottle ?? 0,
-      seed: `${seed}-ssm`,
-      error: 'ThrottlingException',
-    });
+    // With lanes the worker reads the state and the lane shape in one GetParameters.
+    for (const operation of ['GetParameter', 'GetParameters']) {
+      rules.push({
+        operation,
+        service: 'ssm',
+        rate: o.rates.ssmThrottle ?? 0,
+        seed: `${seed}-ssm-${operation}`,
+        error: 'ThrottlingException',
+      });
+    }
   }
   if (o.rates.throttle > 0) {
     rules.push({
@@ -332,7 +345,7 @@ async function judge(
     throttled: failed((r) => r.key === null && r.operation === 'UpdateItem'),
     kills: run.kills,
     timeoutWriteFailed: failed((r) => r.key !== null && r.contains.some((c) => c.includes('failed'))),
-    ssmThrottled: failed((r) => r.operation === 'GetParameter'),
+    ssmThrottled: failed((r) => r.operation === 'GetParameter' || r.operation === 'GetParameters'),
     keyRotations: run.rotation.rotated ? 1 : 0,
     resumes: run.rotation.resumes,
     redriven: run.rotation.redriven,
@@ -364,9 +377,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     random: seedrandom(`${o.seed}-latency`),
     logDir,
     onPhase: (m) => o.log(m),
-    ...(dns
-      ? { settings: { allowedHosts: ['127.0.0.1', 'localhost', TARGET_NAME], dnsServers: [dns.server] } }
-      : {}),
+    settings: {
+      ...(dns ? { allowedHosts: ['127.0.0.1', 'localhost', TARGET_NAME], dnsServers: [dns.server] } : {}),
+      ...(o.lanes === undefined ? {} : { lanes: o.lanes }),
+      ...(o.workerMemoryMb === undefined ? {} : { workerMemoryMb: o.workerMemoryMb }),
+    },
   }).catch(async (err: unknown) => {
     await dns?.stop();
     throw err;
@@ -375,6 +390,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   const outagesEnd = new AbortController();
   try {
     const deployS = (Date.now() - deployStart) / 1000;
+    const worker = await deployedWorker(stack);
+    o.log(
+      `chaos: worker ${worker.worker_memory_mb} MB, lanes ${worker.lanes.setting}: r ${worker.lanes.r} invocations of L ${worker.lanes.L} lanes`,
+    );
     await o.startWhen;
     const cap = computeCap(o.threads, {
       reserve: o.reserve,
@@ -419,7 +438,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
       ...(dns ? { dns: { standin: dns, outages: await outages } } : {}),
     });
     if (timedOut) verdict.violations.unshift(`the run did not end within ${o.maxSeconds} s`);
-    return { ...verdict, seed: o.seed, faults, elapsedS, deployS, logDir, timedOut };
+    return { ...verdict, seed: o.seed, worker, faults, elapsedS, deployS, logDir, timedOut };
   } finally {
     outagesEnd.abort();
     await Promise.all(runtimes.map((r) => r.kill()));

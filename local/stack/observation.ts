@@ -26,10 +26,12 @@ export function workerMapping(stack: LocalStack) {
  * r invocations (reserved concurrency, the mapping's maximum) of L lanes, and the account's
  * Lambda concurrency the reservation needs, r + 100 (Lambda keeps 100 unreserved).
  */
-export async function deployedWorker(stack: AnyLocalStack): Promise<{
+export interface DeployedWorker {
   worker_memory_mb: number;
   lanes: { setting: number; r: number; L: number; lambda_quota_needed: number };
-}> {
+}
+
+export async function deployedWorker(stack: AnyLocalStack): Promise<DeployedWorker> {
   const conf = await stack.lambda.send(
     new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),
   );

@@ -32,6 +32,7 @@ describe('chaos plan', () => {
   it('prints the figures and every violation', () => {
     const text = formatChaos({
       seed: 4,
+      worker: { worker_memory_mb: 192, lanes: { setting: 4, r: 3, L: 4, lambda_quota_needed: 103 } },
       figures: {
         records: 2,
         maxThreadsHeld: 2,
@@ -76,6 +77,7 @@ describe('chaos plan', () => {
       logDir: '/tmp/x',
     });
     expect(text).toContain('threads held   at most 2 (cap 6)');
+    expect(text).toContain('worker         192 MB, lanes 4: r 3 invocations of L 4 lanes');
     expect(text).toContain(
       'failed writes after a timeout 12; state reads throttled 5; key rotations 1 (pauses resumed 1, DLQ redriven 2); poisoned SolveTimes items 3',
     );
