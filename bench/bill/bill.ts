@@ -267,7 +267,7 @@ export function buildBill(input: BillInput): Bill {
     notes: [
       'USD at us-east-1 list prices (bench/prices.ts, each with its source page; docs/benchmark.md "What it costs a month"); free tiers ignored',
       'counted at the emulator over the capped run (local/emulator/usage.py): every request by caller and operation, DynamoDB request units from the items before and after each write (its size, each secondary index it changes, failed conditional writes) and from the items each read returned',
-      'variable per 1,000 solves: divided by the run’s submitted records; the worker’s Lambda duration at time scale 1 over warm invocations; a scheduled function’s calls, duration and logs are measured per invocation and multiplied by its schedule',
+      'variable per 1,000 solves: divided by the run’s submitted records; the worker’s Lambda duration at time scale 1 over every invocation; a scheduled function’s calls, duration and logs are measured per invocation and multiplied by its schedule',
       'monthly: solves = threads × use × 30 days ÷ the modelled mean solve time; fixed charges do not depend on use',
       'not counted: data transfer out to CaptchaAI and the target form (a few KB per solve, $0.09 per GB after 100 GB a month), DynamoDB storage ($0.25 per GB-month; outcome rows are far below 1 KB), the free tiers',
     ],

@@ -19,7 +19,7 @@ export interface BillInput {
   template: TemplateFacts;
   functions: Record<string, FunctionRun>;
   workerName: string;
-  /** The worker's GB-s per solve at time scale 1 (bench/report/costs.ts, warm invocations). */
+  /** The worker's GB-s per solve at time scale 1 (bench/report/costs.ts, every invocation). */
   workerGbSecondsPerSolve: number;
   workerInvocationsPerSolve: number;
   /** Records solved (submitted) in the capped run. */

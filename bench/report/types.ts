@@ -207,7 +207,7 @@ export interface BenchReport {
     }[];
     timeouts: number;
     gb_s_per_solve: number | null;
-    gb_s_per_solve_all_invocations: number | null;
+    gb_s_per_solve_warm: number | null;
     gb_s_per_solve_wall: number | null;
     note: string;
     /** Measured by the local runtime: the worst execution environment's peaks, MB. */
