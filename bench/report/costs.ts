@@ -44,7 +44,10 @@ export const MEASURED_RSS_HEADROOM = 4 / 3;
  * queue (1.25 GB-s per solve against 0.74 over all ten). The figure over warm invocations only
  * (all but each environment's first) is shown beside; with one lane the two differ by under 1 %.
  */
-function gbSecondsPerSolve(i: BuildInput, solved: number) {
+export function gbSecondsPerSolve(
+  i: Pick<BuildInput, 'timeScale' | 'lanes' | 'loggedInvocations' | 'memoryMb'>,
+  solved: number,
+) {
   const s = i.timeScale;
   const L = i.lanes.L;
   const unscaled = (list: LoggedInvocation[]) =>

@@ -8,7 +8,8 @@ import {
   MONTH_SECONDS,
   planPrice,
 } from '../../../bench/cost.js';
-import { lambdaMemoryFor, MEASURED_RSS_HEADROOM } from '../../../bench/report/costs.js';
+import { gbSecondsPerSolve, lambdaMemoryFor, MEASURED_RSS_HEADROOM } from '../../../bench/report/costs.js';
+import type { LoggedInvocation } from '../../../bench/worker-log.js';
 
 describe('planPrice', () => {
   it.each(CAPTCHAAI_PLANS.map((p) => [p.threads, p.usdPerMonth]))(
@@ -115,5 +116,34 @@ describe('lambdaMemoryFor', () => {
     expect(lambdaMemoryFor(96, MEASURED_RSS_HEADROOM)).toBe(128);
     expect(lambdaMemoryFor(96.1, MEASURED_RSS_HEADROOM)).toBe(136);
     expect(lambdaMemoryFor(120, MEASURED_RSS_HEADROOM)).toBe(160);
+  });
+});
+
+describe('gbSecondsPerSolve', () => {
+  // At time scale 1 an invocation is billed as measured; 1,024 MB makes a GB-s a second.
+  const submitted = (n: number) => Array.from({ length: n }, (_, k) => ({ status: 'submitted', at: k }));
+  const invocation = (environment: string, first: boolean, seconds: number, records: number) =>
+    ({
+      requestId: `${environment}-${first}`,
+      environment,
+      firstInEnvironment: first,
+      durationMs: seconds * 1000,
+      outcomes: submitted(records),
+    }) as unknown as LoggedInvocation;
+  const lanes = { setting: 8, r: 2, L: 4, lambda_quota_needed: 102 };
+
+  it('prices every invocation, first ones included: with lanes they carry most of the records', () => {
+    // Two environments' first invocations worked 40 records each over 400 s; two late ones, started
+    // to drain the queue's end, worked 1 record each over 50 s.
+    const loggedInvocations = [
+      invocation('a', true, 400, 40),
+      invocation('b', true, 400, 40),
+      invocation('a', false, 50, 1),
+      invocation('b', false, 50, 1),
+    ];
+    const gbs = gbSecondsPerSolve({ timeScale: 1, lanes, loggedInvocations, memoryMb: 1024 }, 82);
+    expect(gbs.all).toBeCloseTo(900 / 82, 6);
+    // The warm ones alone would price the run by its two drain invocations.
+    expect(gbs.warm).toBeCloseTo(100 / 2, 6);
   });
 });
