@@ -212,14 +212,26 @@ export async function readMessages(
   return [...seen.values()];
 }
 
-/** The cap in force now: the local runtime's poller limit, else (LocalStack) read back from the deployment. */
+/**
+ * The cap in force now, in solves: the knob (the local runtime's poller limit, else, on
+ * LocalStack, read back from the deployment) is in invocations, so with lanes it is times the
+ * published shape's L, never above its cap (r × L ≤ cap). Without lanes the knob is the cap.
+ */
 export async function currentCap(stack: AnyLocalStack): Promise<number> {
   const mapping = stack.runtime?.stats().mappings.find((m) => m.uuid === stack.outputs.MappingUuid);
-  if (mapping) return mapping.limit;
-  const reading = await readCap({
-    lambda: stack.lambda,
-    control: stack.control,
-    workerFunctionName: stack.outputs.WorkerFunctionName,
-  });
-  return reading.cap ?? 0;
+  const invocations =
+    mapping?.limit ??
+    (
+      await readCap({
+        lambda: stack.lambda,
+        control: stack.control,
+        workerFunctionName: stack.outputs.WorkerFunctionName,
+      })
+    ).cap ??
+    0;
+  const shapeName = stack.outputs.LaneShapeParameter;
+  if (!shapeName) return invocations;
+  const out = await stack.ssm.send(new GetParameterCommand({ Name: shapeName }));
+  const shape = parseShape(out.Parameter?.Value);
+  return shape && shape.L > 1 ? Math.min(shape.cap, invocations * shape.L) : invocations;
 }

@@ -7,7 +7,11 @@ import type { LocalStack } from '../../../../local/stack/local-stack.js';
 import { progressOf } from '../../../../local/stack/run.js';
 
 /** Just what progressOf reads: the run's outcome rows by key, DLQ depth, pipeline state, cap, stand-in counts. */
-function stackWithRows(rows: Record<string, unknown>[], table: string): LocalStack {
+function stackWithRows(
+  rows: Record<string, unknown>[],
+  table: string,
+  laneShape?: { cap: number; r: number; L: number },
+): LocalStack {
   const documents = DynamoDBDocumentClient.from(new DynamoDBClient({ region: 'us-east-1' }));
   mockClient(documents)
     .on(BatchGetCommand)
@@ -16,7 +20,14 @@ function stackWithRows(rows: Record<string, unknown>[], table: string): LocalSta
       return { Responses: { [table]: rows.filter((r) => asked.has(r.record_key as string)) } };
     });
   return {
-    outputs: { TableName: table, DlqUrl: 'dlq', MappingUuid: 'm', WorkerFunctionName: 'worker' },
+    outputs: {
+      TableName: table,
+      DlqUrl: 'dlq',
+      MappingUuid: 'm',
+      WorkerFunctionName: 'worker',
+      ...(laneShape ? { LaneShapeParameter: '/t/lane-shape' } : {}),
+    },
+    ssm: { send: async () => ({ Parameter: { Value: JSON.stringify({ ...laneShape, since: 0 }) } }) },
     lambda: { send: async () => ({ ReservedConcurrentExecutions: 6 }) },
     documents,
     sqs: {
@@ -54,5 +65,28 @@ describe('local run progress', () => {
     expect(progress.done).toBe(2); // one submitted + one DLQ message
     expect(line).not.toContain('undefined');
     expect(line).toContain('in_progress 1, submitted 1');
+  });
+
+  it('counts the cap in solves with lanes: the knobs hold r invocations of L lanes', async () => {
+    // Prepare: cap 12 as 3 invocations of 4 lanes; the knobs (reserved concurrency, the mapping) say 3.
+    const stack = stackWithRows([{ record_key: 'a', status: 'in_progress' }], 'outcomes-lanes', {
+      cap: 12,
+      r: 3,
+      L: 4,
+    });
+    (stack.lambda as unknown as { send: () => Promise<unknown> }).send = async () => ({
+      ReservedConcurrentExecutions: 3,
+    });
+    (stack.control as unknown as { readMapping: () => Promise<unknown> }).readMapping = async () => ({
+      enabled: true,
+      maximumConcurrency: 3,
+    });
+
+    // Act
+    const progress = await progressOf(stack, { keys: new Set(['a']), unkeyed: 0 }, Date.now(), 1);
+
+    // Assess: 12 solves may be in flight, not 3.
+    expect(progress.cap).toBe(12);
+    expect(progressLine(progress)).toContain('cap 12');
   });
 });
