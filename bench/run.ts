@@ -12,6 +12,7 @@ import { REPO_ROOT } from '../local/emulator/deploy.js';
 import { type LocalStack, startLocalStack } from '../local/stack/local-stack.js';
 import { deployedWorker, untilPollerLimit } from '../local/stack/observation.js';
 import { generatedRecords, type RecordMix, withLargePages } from '../local/stack/records.js';
+import { describeWorker } from '../local/stack/worker-shape.js';
 import type { LatencyDistribution } from '../local/standins/captchaai/latency.js';
 import { type BaselineResult, runUncappedBaseline } from './baseline.js';
 import { type TemplateFacts, templateFacts } from './bill/template-facts.js';
@@ -218,9 +219,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const deployed = await deployedWorker(stack);
     const lanes: LanesFacts = deployed.lanes;
     const memoryMb = deployed.worker_memory_mb;
-    log(
-      `bench: worker ${memoryMb} MB, lanes ${lanes.setting}: r ${lanes.r} invocations of L ${lanes.L} lanes (Lambda quota needed: ${lanes.lambda_quota_needed})`,
-    );
+    log(`bench: worker ${describeWorker(deployed)} (Lambda quota needed: ${lanes.lambda_quota_needed})`);
     // Set before any task exists, so the seeded draws are made with these distributions.
     if (options.latency) stack.captcha.setLatency(options.latency);
     const latency = stack.captcha.latency();

@@ -13,6 +13,7 @@ import {
   sampleRecords,
 } from '../../local/stack/records.js';
 import { type RunProgress, type RunSummary, runRecords } from '../../local/stack/run.js';
+import { describeWorker } from '../../local/stack/worker-shape.js';
 import { CliError, EXIT } from '../exit-codes.js';
 import { parseMixOption } from './bench.js';
 import { KEEP_ENV_FILE, registerLocalEnv, removeKeepEnv, writeKeepEnv } from './local-env.js';
@@ -378,7 +379,7 @@ async function runLocal(options: LocalOptions, command: Command): Promise<void> 
     }
     const worker = await deployedWorker(stack);
     say(
-      `worker: ${worker.worker_memory_mb} MB, lanes ${worker.lanes.setting}: r ${worker.lanes.r} invocations of L ${worker.lanes.L} lanes (Lambda quota needed on AWS: ${worker.lanes.lambda_quota_needed})`,
+      `worker: ${describeWorker(worker)} (Lambda quota needed on AWS: ${worker.lanes.lambda_quota_needed})`,
     );
     const summary = await enqueueAndWait(stack, run, life.signal, say);
     if (life.signal.aborted) return;

@@ -193,17 +193,20 @@ class Invocation {
 
   /** Accounts for a record's result: deleted, retried, or left as another lane's stop left it. */
   async account(record: SQSRecord, own: boolean, result: RecordResult): Promise<void> {
-    if (own && result.kind === 'retry' && result.reason === REASON.INVOCATION_ENDING) {
-      // Nothing of it was sent and another lane may take it now: visible again at once.
-      this.giveBack(record);
-      return;
-    }
-    if (result.kind === 'retry' && result.reason === REASON.STOPPED_BY_ANOTHER_LANE && !result.notBefore) {
-      // Another lane of this invocation met the stop first and owns it: this record goes back
-      // untouched, as the later records of a stopped batch do.
-      if (own) this.giveBack(record);
-      else this.leaveUntouched(record);
-      return;
+    if (result.kind === 'retry' && !result.notBefore && BACK_BEFORE_IN_PHP.has(result.reason)) {
+      // Nothing of it was sent. Another lane of this invocation met the stop first and owns it
+      // (the record goes back untouched, as the later records of a stopped batch do), or too
+      // little of the invocation is left for its in.php (another lane may take it now). A
+      // message the chain took is visible again at once; one of the event's is left untouched
+      // after a stop, and otherwise retried like any other.
+      if (own) {
+        this.giveBack(record);
+        return;
+      }
+      if (result.reason === REASON.STOPPED_BY_ANOTHER_LANE) {
+        this.leaveUntouched(record);
+        return;
+      }
     }
     if (result.kind === 'retry') {
       if (!own) this.#failures.push(record.messageId);
@@ -361,6 +364,12 @@ async function workSafely(
     return applyCrash(err, { record, deps, log: deps.logger });
   }
 }
+
+/** Reasons a record goes back to the queue before its in.php (../records/decisions.ts). */
+const BACK_BEFORE_IN_PHP: ReadonlySet<string> = new Set([
+  REASON.STOPPED_BY_ANOTHER_LANE,
+  REASON.INVOCATION_ENDING,
+]);
 
 /** Receives a lane makes on an empty queue before it ends (lanes only; see Invocation.takeNext). */
 const EMPTY_RECEIVE_TRIES = 4;

@@ -36,7 +36,7 @@ export type TakeWindowSettings = Pick<
 export function takeWindowMs(config: TakeWindowSettings, remainingMs: number | undefined): number {
   if (config.chainMs <= 0) return 0;
   if (remainingMs === undefined) return config.chainMs;
-  const settings = worstCaseSettings(config);
+  const settings = worstCaseSettingsOf(config);
   const worstMs = worstCaseRecordMs(settings);
   if (config.lanes <= 1) return Math.min(config.chainMs, remainingMs - DEADLINE_MARGIN_MS - worstMs);
   const shortestMs = shortestRecordMs(settings);
@@ -58,11 +58,14 @@ export function takeWindow(
   const window = chain === undefined ? {} : { chainUntil: chain };
   if (config.lanes <= 1 || remainingMs === undefined || config.chainMs <= 0) return window;
   const submitUntil =
-    performance.now() + remainingMs - DEADLINE_MARGIN_MS - submitFitsMs(worstCaseSettings(config));
+    performance.now() + remainingMs - DEADLINE_MARGIN_MS - submitFitsMs(worstCaseSettingsOf(config));
   return { ...window, submitFits: () => performance.now() <= submitUntil };
 }
 
-function worstCaseSettings(config: TakeWindowSettings): WorstCaseSettings {
+/** The worst case's settings as the worker's configuration holds them. */
+export function worstCaseSettingsOf(
+  config: Omit<TakeWindowSettings, 'lanes' | 'chainMs'>,
+): WorstCaseSettings {
   return {
     timings: config.captchaTimings,
     timeScale: config.timeScale,

@@ -1,5 +1,5 @@
 import type { AwsFaultRule } from '../emulator/fault-client.js';
-import type { DeployedWorker } from '../stack/observation.js';
+import { type DeployedWorker, describeWorker } from '../stack/worker-shape.js';
 import type { ChaosFigures } from './check.js';
 
 /** The chaos run's settings, its fault draws and its report (pure; local/chaos/run.ts runs it). */
@@ -224,11 +224,7 @@ export function formatChaos(r: {
   const d = r.faults;
   return [
     `seed           ${r.seed}`,
-    ...(r.worker
-      ? [
-          `worker         ${r.worker.worker_memory_mb} MB, lanes ${r.worker.lanes.setting}: r ${r.worker.lanes.r} invocations of L ${r.worker.lanes.L} lanes`,
-        ]
-      : []),
+    ...(r.worker ? [`worker         ${describeWorker(r.worker)}`] : []),
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
     `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,

@@ -19,7 +19,6 @@ import {
   startLocalStack,
 } from '../stack/local-stack.js';
 import {
-  type DeployedWorker,
   deployedWorker,
   queueDepth,
   readDlq,
@@ -29,6 +28,7 @@ import {
 } from '../stack/observation.js';
 import { expectedOutcomes, generatedRecords } from '../stack/records.js';
 import { everyRecordFinished, feedQueue, progressOf } from '../stack/run.js';
+import { type DeployedWorker, describeWorker } from '../stack/worker-shape.js';
 import { DnsStandin } from '../standins/dns.js';
 import { type ChaosVerdict, checkChaos } from './check.js';
 import { cancelBatch, type KeyRotation, poisonSolveTimes, rotateKey, superviseRotation } from './operator.js';
@@ -391,9 +391,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
   try {
     const deployS = (Date.now() - deployStart) / 1000;
     const worker = await deployedWorker(stack);
-    o.log(
-      `chaos: worker ${worker.worker_memory_mb} MB, lanes ${worker.lanes.setting}: r ${worker.lanes.r} invocations of L ${worker.lanes.L} lanes`,
-    );
+    o.log(`chaos: worker ${describeWorker(worker)}`);
     await o.startWhen;
     const cap = computeCap(o.threads, {
       reserve: o.reserve,

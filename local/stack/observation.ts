@@ -12,6 +12,7 @@ import { laneShape, parseShape } from '../../functions/pipeline/lanes.js';
 import { isCancelKey } from '../../functions/records/cancellations.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
+import type { DeployedWorker } from './worker-shape.js';
 
 /** Reading a running local stack back: queue depths, outcome rows, DLQ entries and the cap in force. */
 
@@ -26,11 +27,6 @@ export function workerMapping(stack: LocalStack) {
  * r invocations (reserved concurrency, the mapping's maximum) of L lanes, and the account's
  * Lambda concurrency the reservation needs, r + 100 (Lambda keeps 100 unreserved).
  */
-export interface DeployedWorker {
-  worker_memory_mb: number;
-  lanes: { setting: number; r: number; L: number; lambda_quota_needed: number };
-}
-
 export async function deployedWorker(stack: AnyLocalStack): Promise<DeployedWorker> {
   const conf = await stack.lambda.send(
     new GetFunctionConfigurationCommand({ FunctionName: stack.outputs.WorkerFunctionName }),

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { OutcomesStore } from '../../../functions/records/store.js';
 import { processBatch } from '../../../functions/worker/batch-loop.js';
-import { takeWindow } from '../../../functions/worker/chain-window.js';
+import { takeWindow, worstCaseSettingsOf } from '../../../functions/worker/chain-window.js';
 import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
 import { DEADLINE_MARGIN_MS, shortestRecordMs } from '../../../functions/worker/worst-case.js';
@@ -131,7 +131,7 @@ describe('lanes late in an invocation, on the wire', () => {
     const keys = [newKey('late-a'), newKey('late-b')];
     await sendJobs(clients.sqs, res.queueUrl, keys.map(job));
     captcha.setFaults({ neverFinish: 1 });
-    const remaining = shortestRecordMs(worstSettings(deps)) + DEADLINE_MARGIN_MS + 1_500;
+    const remaining = shortestRecordMs(worstCaseSettingsOf(deps.config)) + DEADLINE_MARGIN_MS + 1_500;
     const controller = new AbortController();
     const abortAt = setTimeout(
       () => controller.abort(new Error('invocation deadline')),
@@ -157,13 +157,3 @@ describe('lanes late in an invocation, on the wire', () => {
     }
   }, 30_000);
 });
-
-function worstSettings(deps: WorkerDeps) {
-  const { config } = deps;
-  return {
-    timings: config.captchaTimings,
-    timeScale: config.timeScale,
-    targetTimeoutMs: config.targetTimeoutMs,
-    cooldownMs: config.cooldownMs,
-  };
-}
