@@ -1,5 +1,6 @@
 import { Logger } from '@aws-lambda-powertools/logger';
 import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SSMClient } from '@aws-sdk/client-ssm';
@@ -14,6 +15,7 @@ import {
 } from './pipeline/cap.js';
 import { PipelineControl } from './pipeline/control.js';
 import { SHAPE_SETTLE_MS } from './pipeline/lanes.js';
+import { SlotLedger } from './pipeline/ledger.js';
 import { ApiKeySource } from './pipeline/secret.js';
 
 /**
@@ -25,6 +27,12 @@ const metrics = new Metrics();
 const lambda = new LambdaClient(awsClientOptions());
 const ssm = new SSMClient(awsClientOptions());
 const secrets = new SecretsManagerClient(awsClientOptions());
+
+/** The slot ledger (LEDGER_TABLE): the adjuster writes the cap there and frees dead leases. */
+const ledgerTable = process.env.LEDGER_TABLE?.trim();
+const ledger = ledgerTable
+  ? new SlotLedger({ client: new DynamoDBClient(awsClientOptions()), tableName: ledgerTable })
+  : undefined;
 
 let config: CapAdjusterConfig | undefined;
 let control: PipelineControl | undefined;
@@ -78,6 +86,7 @@ export const handler = async (
         warn: (message, extra = {}) => logger.warn(message, extra),
       },
     });
+    if (ledger) await updateLedger(ledger, result);
     // A run that changes nothing is most runs (every minute, every 2 s on a time-scaled local
     // stack): debug, so the log shows what changed.
     if (result.outcome === 'unchanged')
@@ -88,3 +97,18 @@ export const handler = async (
     metrics.publishStoredMetrics();
   }
 };
+
+/**
+ * The cap as the slot ledger counts it (every run: one write unit a minute), and the lanes of
+ * leases whose owners died freed once their tasks must be finished (a waiting invocation frees
+ * them too; this does it when none waits). A failure is logged: the next run writes again.
+ */
+async function updateLedger(ledger: SlotLedger, result: AdjustCapResult): Promise<void> {
+  try {
+    if (result.outcome === 'changed' || result.outcome === 'unchanged') await ledger.setCap(result.cap);
+    const { freed } = await ledger.reclaimExpired();
+    if (freed > 0) logger.info('reclaimed the lanes of expired leases', { lanesFreed: freed });
+  } catch (err) {
+    logger.warn('could not update the slot ledger', { errorName: (err as Error)?.name });
+  }
+}

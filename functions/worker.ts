@@ -5,22 +5,20 @@ import { sleep as captchaSleep } from './captchaai/client.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
-import { lanesAllowed } from './pipeline/lanes.js';
+import { SlotLedger } from './pipeline/ledger.js';
 import { ApiKeySource } from './pipeline/secret.js';
 import { PipelineView, stateCacheMs } from './pipeline/state-view.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
 import { createTargetAgent } from './target/session.js';
-import { processBatch } from './worker/batch-loop.js';
 import { CancelWatch, cancelRefreshMs } from './worker/cancel-watch.js';
-import { takeWindow } from './worker/chain-window.js';
 import { type WorkerClients, workerClients } from './worker/clients.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import { abortableSleep, collectingWhileIdle, idleCollector } from './worker/idle-wait.js';
+import { runInvocation } from './worker/invocation-run.js';
 import { pollLearning } from './worker/poll-learning.js';
-import { errorSummary, type ProcessOptions, type WorkerDeps } from './worker/types.js';
-import { DEADLINE_MARGIN_MS } from './worker/worst-case.js';
+import type { WorkerDeps } from './worker/types.js';
 
 /**
  * The worker Lambda: the handler and its composition root, nothing else. SQS batch in,
@@ -113,6 +111,9 @@ export function createWorkerDeps(
     config,
     store,
     sqs: clients.sqs,
+    ...(config.ledgerTable
+      ? { ledger: new SlotLedger({ client: clients.ddb, tableName: config.ledgerTable, now }) }
+      : {}),
     pipeline,
     cancels,
     warmUp: async () => {
@@ -188,31 +189,10 @@ if (process.env.AWS_LAMBDA_FUNCTION_NAME) {
   }
 }
 
-/**
- * The lanes this invocation starts with, and the lanes it may keep as the published shape moves
- * (../pipeline/lanes.ts): none with one lane. Before the adjuster has published a shape, or when
- * it cannot be read, one lane: never more than the cap was shown to allow.
- */
-async function invocationLanes(deps: WorkerDeps): Promise<Pick<ProcessOptions, 'lanes'>> {
-  const { config, pipeline } = deps;
-  if (config.lanes <= 1 || !pipeline.readShape) return {};
-  const readShape = pipeline.readShape;
-  const startedAt = deps.now();
-  const allowed = async () => {
-    const shape = await readShape();
-    return shape ? Math.min(config.lanes, lanesAllowed(shape, startedAt, deps.now())) : 1;
-  };
-  let count = 1;
-  try {
-    count = await allowed();
-  } catch (err) {
-    deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
-  }
-  return { lanes: { count, allowed } };
-}
-
 /** Lambda entry point: config read and clients created once per instance. */
 export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBatchResponse> => {
+  // Before any wait: the drain counts an invocation as old or new by this (../pipeline/lanes.ts).
+  const startedAt = Date.now();
   const deps = instanceDeps();
   if (warming) {
     const pending = warming;
@@ -224,22 +204,5 @@ export const handler = async (event: SQSEvent, context?: Context): Promise<SQSBa
     throw new TypeError('the worker expects an SQS event with a Records array');
   }
   if (context) deps.logger.addContext(context);
-  const controller = new AbortController();
-  const remaining = context?.getRemainingTimeInMillis?.();
-  const timer =
-    remaining !== undefined
-      ? setTimeout(
-          () => controller.abort(new Error('invocation deadline')),
-          Math.max(0, remaining - DEADLINE_MARGIN_MS),
-        )
-      : undefined;
-  try {
-    return await processBatch(event, deps, {
-      signal: controller.signal,
-      ...takeWindow(deps.config, remaining),
-      ...(await invocationLanes(deps)),
-    });
-  } finally {
-    if (timer) clearTimeout(timer);
-  }
+  return runInvocation(event, deps, context?.getRemainingTimeInMillis?.(), startedAt);
 };

@@ -16,6 +16,7 @@ import { acknowledgeNagFindings } from './constructs/nag-acknowledgements.js';
 import { OutcomeStream } from './constructs/outcome-stream.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
 import { PipelineState } from './constructs/pipeline-state.js';
+import { SlotLedgerTable } from './constructs/slot-ledger-table.js';
 import { SolveTimesTable } from './constructs/solve-times-table.js';
 import { addStackOutputs } from './constructs/stack-outputs.js';
 import { Worker } from './constructs/worker.js';
@@ -268,6 +269,8 @@ export class Threadgate extends Construct {
     readonly outcomeStream: OutcomeStream | undefined;
     /** The shared solve times of the learned poll schedule (none with `pollSchedule: 'static'`). */
     readonly solveTimes: SolveTimesTable | undefined;
+    /** The slot ledger: lanes held per invocation, so the cap holds after a crash. */
+    readonly ledger: SlotLedgerTable;
   };
 
   constructor(scope: Construct, id: string, props: ThreadgateProps = {}) {
@@ -296,8 +299,10 @@ export class Threadgate extends Construct {
     // The learned poll schedule's environments share their solve times; a static one needs none.
     const solveTimes =
       config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
+    const ledger = new SlotLedgerTable(this, 'SlotLedger');
     const worker = new Worker(this, 'Worker', {
       config,
+      ledger,
       queue: queues.queue,
       dlq: queues.dlq,
       table: outcomes.table,
@@ -309,6 +314,7 @@ export class Threadgate extends Construct {
       worker,
       queue: queues.queue,
       pipelineState,
+      ledger,
     });
     const monitoring = new Monitoring(this, 'Monitoring', {
       stackName: config.stackName,
@@ -321,7 +327,17 @@ export class Threadgate extends Construct {
       lanes: config.lanes,
       outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
-    this.parts = { queues, outcomes, pipelineState, worker, adjuster, monitoring, outcomeStream, solveTimes };
+    this.parts = {
+      queues,
+      outcomes,
+      pipelineState,
+      worker,
+      adjuster,
+      monitoring,
+      outcomeStream,
+      solveTimes,
+      ledger,
+    };
     this.jobsQueue = queues.queue;
     this.deadLetterQueue = queues.dlq;
     this.outcomesTable = outcomes.table;

@@ -89,9 +89,17 @@ const standardParameter: OperationPrice = {
 /** What the functions' own calls cost, by service and operation. */
 export const FUNCTION_OPERATIONS: Readonly<Record<string, Readonly<Record<string, OperationPrice>>>> = {
   dynamodb: Object.fromEntries(
-    ['GetItem', 'BatchGetItem', 'Query', 'Scan', 'PutItem', 'UpdateItem', 'DeleteItem', 'BatchWriteItem'].map(
-      (op) => [op, dynamodbUnits],
-    ),
+    [
+      'GetItem',
+      'BatchGetItem',
+      'Query',
+      'Scan',
+      'PutItem',
+      'UpdateItem',
+      'DeleteItem',
+      'BatchWriteItem',
+      'TransactWriteItems',
+    ].map((op) => [op, dynamodbUnits]),
   ),
   sqs: Object.fromEntries(
     [

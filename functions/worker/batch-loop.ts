@@ -172,6 +172,11 @@ class Invocation {
     }
   }
 
+  /** A lane ended because it is no longer allowed, its last record ended: its lane goes back. */
+  async laneLeft(): Promise<void> {
+    await this.options.lanes?.left?.();
+  }
+
   /** A message the chain took that will not be worked: visible again at once, never reported. */
   giveBack(record: SQSRecord): void {
     this.#givenBack.push(record);
@@ -251,20 +256,28 @@ async function runLane(inv: Invocation, index: number, first: SQSRecord[]): Prom
   // With lanes, the environment's garbage collection waits until every lane is waiting.
   const laneEnded = inv.laneCount > 1 ? inv.deps.idle?.laneStarted() : undefined;
   try {
-    await laneLoop(inv, index, first);
+    if ((await laneLoop(inv, index, first)) === 'not-allowed') await inv.laneLeft();
   } finally {
     laneEnded?.();
   }
 }
 
-async function laneLoop(inv: Invocation, index: number, first: SQSRecord[]): Promise<void> {
+/** Runs a lane to its end; 'not-allowed': it ended because the published shape allows fewer lanes. */
+async function laneLoop(
+  inv: Invocation,
+  index: number,
+  first: SQSRecord[],
+): Promise<'not-allowed' | 'ended'> {
   const { deps } = inv;
   let previous: Promise<void> = Promise.resolve();
   for (let i = 0; ; i++) {
     const own = i >= first.length;
     if (own && !inv.mayTake()) break;
-    // A lane beyond the lanes now allowed (the cap fell) ends before its next in.php.
-    if (own && !(await inv.laneAllowed(index))) break;
+    // A lane beyond the lanes now allowed (the cap fell) takes no more records.
+    if (own && !(await inv.laneAllowed(index))) {
+      await previous;
+      return 'not-allowed';
+    }
     if (!inv.isStopped() && !inv.isAborted()) {
       const state = await inv.readState();
       // The chain's own receive is not stopped by the disabled mapping: an unknown state ends it.
@@ -298,6 +311,7 @@ async function laneLoop(inv: Invocation, index: number, first: SQSRecord[]): Pro
     previous = ended;
   }
   await previous;
+  return 'ended';
 }
 
 /**
@@ -331,6 +345,21 @@ function sharedStop(deps: WorkerDeps): WorkerDeps {
       },
     },
   };
+}
+
+/**
+ * An event none of whose records is worked (no room on the slot ledger): each comes back when
+ * the first held lease can be reclaimed (`retryAt`, epoch ms), or after the retry delay.
+ */
+export async function giveBackEvent(
+  event: SQSEvent,
+  deps: WorkerDeps,
+  retryAt: number | undefined,
+): Promise<SQSBatchResponse> {
+  const untilThen = retryAt === undefined ? 0 : Math.ceil((retryAt - deps.now()) / 1000) + 1;
+  const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
+  await setVisibility(deps, event.Records, seconds);
+  return { batchItemFailures: event.Records.map((r) => ({ itemIdentifier: r.messageId })) };
 }
 
 /** Whether the invocation may still take a message itself (see ./chain.ts). */

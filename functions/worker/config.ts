@@ -45,6 +45,11 @@ export interface WorkerConfig extends LaneSettings {
   functionName: string;
   /** Table through which environments share solve times (SOLVE_TIMES_TABLE; unset: each learns alone). */
   solveTimesTable?: string;
+  /**
+   * The slot ledger's table (LEDGER_TABLE; ../pipeline/ledger.ts): every invocation takes its lanes
+   * there, so the cap holds after a crash. Unset: reserved concurrency alone bounds the worker.
+   */
+  ledgerTable?: string;
   /** DNS servers that resolve target hosts (DNS_SERVERS, `ip[:port]` list; empty: the system resolver). */
   dnsServers: string[];
   /**
@@ -104,6 +109,7 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
+    ledgerTable: env.LEDGER_TABLE?.trim() || undefined,
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
     chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,
     formExpect: parseFormExpectation(env.FORM_EXPECT, 'FORM_EXPECT'),

@@ -6,6 +6,7 @@ import type { SolveOptions } from '../captchaai/client.js';
 import type { CaptchaTask, SolveResult } from '../captchaai/types.js';
 import type { PipelineControl } from '../pipeline/control.js';
 import type { PublishedShape } from '../pipeline/lanes.js';
+import type { SlotLedger } from '../pipeline/ledger.js';
 import type { BatchCancel } from '../records/cancellations.js';
 import type { OutcomeStatus, OutcomesStore } from '../records/store.js';
 import type { Resolver } from '../target/allowlist.js';
@@ -50,6 +51,8 @@ export interface WorkerDeps {
    * so a garbage collection waits until every lane is waiting. Unset: each wait decides alone.
    */
   idle?: { laneStarted(): () => void };
+  /** The slot ledger (../pipeline/ledger.ts); unset: reserved concurrency alone bounds the worker. */
+  ledger?: SlotLedger;
   /** A unique lease owner per claim. */
   newOwner?: () => string;
   /** First calls of each client, made ahead of the first record (see functions/worker.ts); never throws. */
@@ -100,7 +103,12 @@ export interface ProcessOptions {
    * is not below `allowed()` (the published shape, read through the environment's cache) ends
    * before it takes its next message. Unset: one lane.
    */
-  lanes?: { count: number; allowed(): Promise<number> };
+  lanes?: {
+    count: number;
+    allowed(): Promise<number>;
+    /** Called when a lane ended because it is no longer allowed, once its last record has ended. */
+    left?(): Promise<void>;
+  };
 }
 
 /** The fields a log line carries about an error (never its whole object: it may hold a request). */

@@ -10,6 +10,7 @@ import { readCapAdjusterConfig } from '../../functions/pipeline/cap.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
+import type { SlotLedgerTable } from './slot-ledger-table.js';
 import { METRICS_NAMESPACE, type Worker } from './worker.js';
 
 /** EventBridge's shortest schedule; the cap follows the plan within one period. */
@@ -20,6 +21,8 @@ export interface CapAdjusterProps {
   readonly worker: Worker;
   readonly queue: sqs.IQueue;
   readonly pipelineState: PipelineState;
+  /** The slot ledger: the adjuster writes the cap there and frees expired leases. */
+  readonly ledger: SlotLedgerTable;
 }
 
 /**
@@ -59,6 +62,7 @@ export class CapAdjuster extends Construct {
             WORKER_TIMEOUT_SECONDS: String(config.workerTimeoutSeconds),
           }
         : {}),
+      LEDGER_TABLE: props.ledger.table.tableName,
       POWERTOOLS_SERVICE_NAME: config.stackName,
       POWERTOOLS_METRICS_NAMESPACE: METRICS_NAMESPACE,
     };
@@ -97,6 +101,7 @@ export class CapAdjuster extends Construct {
     });
     props.pipelineState.grantReadWrite(this.role);
     props.pipelineState.grantShapeReadWrite(this.role);
+    props.ledger.grantLeases(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
     this.mappingPolicy = props.pipelineState.grantMappingControl(
       this,

@@ -13,6 +13,7 @@ import { readWorkerConfig } from '../../functions/worker/config.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
 import type { PipelineState } from './pipeline-state.js';
+import type { SlotLedgerTable } from './slot-ledger-table.js';
 import type { SolveTimesTable } from './solve-times-table.js';
 
 /** Powertools metrics namespace shared by the worker and the cap adjuster. */
@@ -26,6 +27,8 @@ export interface WorkerProps {
   readonly pipelineState: PipelineState;
   /** Where environments share solve times (the learned poll schedule); none: each learns alone. */
   readonly solveTimes?: SolveTimesTable;
+  /** Where every invocation takes its lanes (functions/pipeline/ledger.ts). */
+  readonly ledger: SlotLedgerTable;
 }
 
 /**
@@ -73,6 +76,7 @@ export class Worker extends Construct {
       CAPTCHAAI_POLL_SCHEDULE: config.pollSchedule,
       CAPTCHAAI_POLL_MEAN_BUDGET: String(config.pollMeanBudget),
       ...(props.solveTimes ? { SOLVE_TIMES_TABLE: props.solveTimes.table.tableName } : {}),
+      LEDGER_TABLE: props.ledger.table.tableName,
       ...(config.expect ? { FORM_EXPECT: JSON.stringify(config.expect) } : {}),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,
@@ -124,6 +128,7 @@ export class Worker extends Construct {
     props.pipelineState.grantReadWrite(this.role);
     props.pipelineState.grantReadWithShape(this.role);
     props.solveTimes?.grantExchange(this.role);
+    props.ledger.grantLeases(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
     this.mappingPolicy = props.pipelineState.grantMappingControl(
       this,

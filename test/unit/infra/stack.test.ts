@@ -16,6 +16,8 @@ type Resource = { Type: string; Properties: Record<string, unknown>; DeletionPol
 type Statement = { Action: string | string[]; Resource: unknown; Effect: string; Condition?: unknown };
 
 const HOSTS = 'forms.example.com,*.staging.example.com';
+/** What a lease on the slot ledger needs (SlotLedgerTable.grantLeases), sorted. */
+const LEDGER_ACTIONS = ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:UpdateItem'];
 
 /** Synthesizes the stack; bundling is skipped (fast) unless `bundle` is set. */
 function synth(settings: ThreadgateSettings = {}, options: { bundle?: boolean } = {}) {
@@ -354,6 +356,7 @@ describe('ThreadgateStack with default settings', () => {
         'CAPTCHAAI_POLL_SCHEDULE',
         'CAPTCHAAI_POLL_MEAN_BUDGET',
         'SOLVE_TIMES_TABLE',
+        'LEDGER_TABLE',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'MALLOC_ARENA_MAX',
@@ -433,10 +436,20 @@ describe('ThreadgateStack with default settings', () => {
     expect(JSON.stringify(update[0]!.Resource)).toContain(`{"Ref":"${mappingId}"}`);
     const star = statements.filter((s) => s.Resource === '*');
     expect(star.flatMap(actionsOf)).toEqual(['lambda:ListEventSourceMappings']);
-    // It reads no queue and no table.
+    // It reads no queue, and of the tables only the slot ledger (the cap, expired leases).
+    expect(statements.flatMap(actionsOf).filter((a) => a.startsWith('sqs:'))).toEqual([]);
+    const [ledgerId] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' },
+        { AttributeName: 'sk', KeyType: 'RANGE' },
+      ],
+      TimeToLiveSpecification: Match.absent(),
+    });
     expect(
-      statements.flatMap(actionsOf).filter((a) => a.startsWith('sqs:') || a.startsWith('dynamodb:')),
-    ).toEqual([]);
+      statements
+        .filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')))
+        .map((s) => ({ actions: actionsOf(s).sort(), resource: s.Resource })),
+    ).toEqual([{ actions: LEDGER_ACTIONS, resource: { 'Fn::GetAtt': [ledgerId, 'Arn'] } }]);
   });
 
   it.each(['Threadgate-worker', 'Threadgate-cap-adjuster'])(
@@ -454,7 +467,7 @@ describe('ThreadgateStack with default settings', () => {
     },
   );
 
-  it('gives the worker only get/update on its outcomes table, put/query on the solve times, send on its DLQ and consume on its queue', () => {
+  it('gives the worker only get/update on its outcomes table, put/query on the solve times, leases on the slot ledger, send on its DLQ and consume on its queue', () => {
     const statements = statementsOf(template, 'Threadgate-worker');
     const dynamo = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('dynamodb:')));
     const [outcomesId] = onlyResource(template, 'AWS::DynamoDB::Table', {
@@ -464,11 +477,20 @@ describe('ThreadgateStack with default settings', () => {
       TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
     });
     expect(solveTimes.DeletionPolicy).toBe('Delete');
+    const [ledgerId, ledger] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' },
+        { AttributeName: 'sk', KeyType: 'RANGE' },
+      ],
+      TimeToLiveSpecification: Match.absent(),
+    });
+    expect(ledger.DeletionPolicy).toBe('Delete');
     expect(
       dynamo
         .map((s) => ({ actions: actionsOf(s).sort(), resource: s.Resource }))
         .sort((a, b) => a.actions[0]!.localeCompare(b.actions[0]!)),
     ).toEqual([
+      { actions: LEDGER_ACTIONS, resource: { 'Fn::GetAtt': [ledgerId, 'Arn'] } },
       {
         actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
         resource: { 'Fn::GetAtt': [outcomesId, 'Arn'] },

@@ -1,0 +1,88 @@
+import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import { lanesAllowed } from '../pipeline/lanes.js';
+import { giveBackEvent, processBatch } from './batch-loop.js';
+import { takeWindow, worstCaseSettingsOf } from './chain-window.js';
+import { InvocationLease, leaseOptionsFor } from './invocation-lease.js';
+import { errorSummary, type ProcessOptions, type WorkerDeps } from './types.js';
+import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from './worst-case.js';
+
+/**
+ * One invocation, from its event to its partial batch response: the deadline's abort, the take
+ * window, the lanes the published shape allows, and (with the slot ledger) the lease those lanes
+ * run under. `startedAt` (epoch ms) is the handler's entry, before any wait: the drain counts an
+ * invocation by it.
+ */
+export async function runInvocation(
+  event: SQSEvent,
+  deps: WorkerDeps,
+  remainingMs: number | undefined,
+  startedAt: number,
+): Promise<SQSBatchResponse> {
+  const controller = new AbortController();
+  const timer =
+    remainingMs !== undefined
+      ? setTimeout(
+          () => controller.abort(new Error('invocation deadline')),
+          Math.max(0, remainingMs - DEADLINE_MARGIN_MS),
+        )
+      : undefined;
+  const signal = controller.signal;
+  try {
+    const window = takeWindow(deps.config, remainingMs);
+    const lanes = await invocationLanes(deps, startedAt);
+    if (!deps.ledger) return await processBatch(event, deps, { signal, ...window, ...lanes });
+    const lease = await InvocationLease.take(deps.ledger, lanes.lanes?.count ?? 1, {
+      ...leaseOptionsFor(deps.config, deps),
+      // The event's records must still fit once room comes: wait at most until their worst case would not.
+      waitUntil:
+        deps.now() +
+        (remainingMs === undefined
+          ? 0
+          : remainingMs - DEADLINE_MARGIN_MS - worstCaseRecordMs(worstCaseSettingsOf(deps.config))),
+      signal,
+    });
+    if (!(lease instanceof InvocationLease)) {
+      deps.logger.warn('no room on the slot ledger: the cap is held, by lanes whose tasks may still run', {
+        retryAt: lease.retryAt,
+      });
+      return await giveBackEvent(event, deps, lease.retryAt);
+    }
+    try {
+      const windowFits = window.submitFits;
+      const options: ProcessOptions = {
+        signal,
+        ...window,
+        // No in.php once the lease may have expired: the ledger frees its lanes on that basis.
+        submitFits: () => lease.live() && (windowFits?.() ?? true),
+        ...(lanes.lanes ? { lanes: { ...lanes.lanes, count: lease.lanes, left: () => lease.shed() } } : {}),
+      };
+      return await processBatch(event, deps, options);
+    } finally {
+      await lease.end();
+    }
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
+}
+
+/**
+ * The lanes this invocation starts with, and the lanes it may keep as the published shape moves
+ * (../pipeline/lanes.ts): none with one lane. Before the adjuster has published a shape, or when
+ * it cannot be read, one lane: never more than the cap was shown to allow.
+ */
+async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pick<ProcessOptions, 'lanes'>> {
+  const { config, pipeline } = deps;
+  if (config.lanes <= 1 || !pipeline.readShape) return {};
+  const readShape = pipeline.readShape;
+  const allowed = async () => {
+    const shape = await readShape();
+    return shape ? Math.min(config.lanes, lanesAllowed(shape, startedAt, deps.now())) : 1;
+  };
+  let count = 1;
+  try {
+    count = await allowed();
+  } catch (err) {
+    deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
+  }
+  return { lanes: { count, allowed } };
+}
