@@ -82,7 +82,14 @@ class Invocation {
     deps: WorkerDeps,
     private readonly options: ProcessOptions,
   ) {
-    this.#deps = (options.lanes?.count ?? 1) > 1 ? sharedStop(deps) : deps;
+    // A claimed stop stops every lane at once: none receives, claims or submits while the lane
+    // that met it pauses the pipeline.
+    this.#deps =
+      (options.lanes?.count ?? 1) > 1
+        ? sharedStop(deps, () => {
+            if (this.#paused === 'none') this.#paused = 'claimed';
+          })
+        : deps;
   }
 
   /** The lanes this invocation started with. */
@@ -161,7 +168,7 @@ class Invocation {
    */
   async takeNext(): Promise<SQSRecord | undefined> {
     for (let attempt = 1; ; attempt++) {
-      const record = await receiveSafely(this.#deps);
+      const record = await receiveSafely(this.#deps, this.options.receiveVisibility?.());
       if (record || this.laneCount <= 1 || attempt >= EMPTY_RECEIVE_TRIES || !this.mayTake()) return record;
       await this.#deps.sleep(
         Math.max(MIN_EMPTY_RECEIVE_WAIT_MS, EMPTY_RECEIVE_WAIT_MS * this.#deps.config.timeScale),
@@ -220,7 +227,8 @@ class Invocation {
       await deleteReceived(this.#deps, record);
     }
     if (result.kind === 'stopped') this.#paused = 'by-us';
-    else if (this.#paused === 'none' && metStopUnpaused(result)) this.#paused = 'unpaused-stop';
+    else if ((this.#paused === 'none' || this.#paused === 'claimed') && metStopUnpaused(result))
+      this.#paused = 'unpaused-stop';
   }
 
   /** After the lanes: exchanges still under way, and every message's visibility as its result needs. */
@@ -234,7 +242,10 @@ class Invocation {
     const untouchedBackIn = untouchedVisibility(this.#paused, deps);
     if (untouchedBackIn !== undefined && this.#untouched.length > 0)
       await setVisibility(deps, this.#untouched, untouchedBackIn);
-    if (this.#givenBack.length > 0) await setVisibility(deps, this.#givenBack, 0);
+    // After a stop that could not pause, the mapping may still deliver into the refused key: what
+    // the lanes took waits out its own visibility instead of coming back at once.
+    if (this.#givenBack.length > 0 && this.#paused !== 'unpaused-stop' && this.#paused !== 'claimed')
+      await setVisibility(deps, this.#givenBack, 0);
     // Without this a retried message would wait out the queue's whole visibility timeout
     // (6 x the function timeout, 43 min at the defaults) before its next try.
     for (const [seconds, records] of retryDelays(this.#retried, deps))
@@ -320,7 +331,7 @@ async function laneLoop(
  * ResourceInUse), and one stop: the lane that meets it first records it (row, DLQ copy, pause);
  * the others give their records back untouched (../records/decisions.ts decideStopMetElsewhere).
  */
-function sharedStop(deps: WorkerDeps): WorkerDeps {
+function sharedStop(deps: WorkerDeps, onClaimed: () => void): WorkerDeps {
   let pausing: Promise<unknown> | undefined;
   let stopOwned = false;
   return {
@@ -341,6 +352,7 @@ function sharedStop(deps: WorkerDeps): WorkerDeps {
       claim: () => {
         if (stopOwned) return false;
         stopOwned = true;
+        onClaimed();
         return true;
       },
     },
@@ -368,9 +380,9 @@ function chainOpen(options: ProcessOptions): boolean {
 }
 
 /** The next message for the chain; a failed receive ends the chain (the mapping delivers it later). */
-async function receiveSafely(deps: WorkerDeps): Promise<SQSRecord | undefined> {
+async function receiveSafely(deps: WorkerDeps, visibilitySeconds?: number): Promise<SQSRecord | undefined> {
   try {
-    return await receiveNext(deps);
+    return await receiveNext(deps, visibilitySeconds);
   } catch (err) {
     deps.logger.warn('could not take the next message; the chain ends here', errorSummary(err));
     return undefined;
@@ -430,8 +442,11 @@ function retryDelays(
   return groups;
 }
 
-/** Whether, and by whom, the rest of the batch is left untouched (see processBatch). */
-type Paused = 'none' | 'state' | 'unpaused-stop' | 'by-us';
+/**
+ * Whether, and by whom, the rest of the batch is left untouched (see processBatch). 'claimed': a
+ * lane met a stop-class error and is pausing the pipeline; the others stop at once.
+ */
+type Paused = 'none' | 'state' | 'claimed' | 'unpaused-stop' | 'by-us';
 
 /**
  * When the records a pause left untouched come back, in seconds, by who paused (see the header);

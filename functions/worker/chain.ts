@@ -16,13 +16,22 @@ import { errorSummary, type WorkerDeps } from './types.js';
  * the worker deletes them when they are done and sets their visibility when they are retried.
  */
 
-/** One message from the jobs queue in Lambda's record shape, or undefined when none is visible. */
-export async function receiveNext(deps: WorkerDeps): Promise<SQSRecord | undefined> {
+/**
+ * One message from the jobs queue in Lambda's record shape, or undefined when none is visible.
+ * `visibilitySeconds`: how long it stays hidden (the invocation's remaining time plus a margin),
+ * so a message of an invocation that dies comes back within minutes, not after the queue's
+ * visibility timeout (6 × the function timeout); the record's lease still guards its work.
+ */
+export async function receiveNext(
+  deps: WorkerDeps,
+  visibilitySeconds?: number,
+): Promise<SQSRecord | undefined> {
   const out = await deps.sqs.send(
     new ReceiveMessageCommand({
       QueueUrl: deps.config.queueUrl,
       MaxNumberOfMessages: 1,
       WaitTimeSeconds: 0,
+      ...(visibilitySeconds === undefined ? {} : { VisibilityTimeout: visibilitySeconds }),
       MessageSystemAttributeNames: ['All'],
       MessageAttributeNames: ['All'],
     }),

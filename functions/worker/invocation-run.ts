@@ -27,8 +27,17 @@ export async function runInvocation(
         )
       : undefined;
   const signal = controller.signal;
+  const endsAt = remainingMs === undefined ? undefined : performance.now() + remainingMs;
   try {
-    const window = takeWindow(deps.config, remainingMs);
+    const window = {
+      ...takeWindow(deps.config, remainingMs),
+      ...(endsAt === undefined
+        ? {}
+        : {
+            receiveVisibility: () =>
+              Math.ceil(Math.max(0, endsAt - performance.now()) / 1000) + RECEIVE_VISIBILITY_MARGIN_S,
+          }),
+    };
     const lanes = await invocationLanes(deps, startedAt);
     if (!deps.ledger) return await processBatch(event, deps, { signal, ...window, ...lanes });
     const lease = await InvocationLease.take(deps.ledger, lanes.lanes?.count ?? 1, {
@@ -64,6 +73,12 @@ export async function runInvocation(
     if (timer) clearTimeout(timer);
   }
 }
+
+/**
+ * Beyond the invocation's remaining time, a message it took itself stays hidden this long: time
+ * for its accounting after the last lane (visibility changes, deletes) before it could be seen.
+ */
+const RECEIVE_VISIBILITY_MARGIN_S = 60;
 
 /**
  * The lanes this invocation starts with, and the lanes it may keep as the published shape moves

@@ -90,6 +90,11 @@ export interface ProcessOptions {
    * stop-class error, or the pipeline state said paused); the record then goes back untouched.
    */
   stopping?: () => boolean;
+  /**
+   * The visibility (seconds) a message the invocation takes itself gets when received: its
+   * remaining time plus a margin. Unset: the queue's visibility timeout.
+   */
+  receiveVisibility?: () => number;
   /** Until when (a `performance.now()` time) the invocation may take messages itself; unset: never. */
   chainUntil?: number;
   /**

@@ -34,7 +34,9 @@ async function freshLedger(cap?: number): Promise<SlotLedger> {
   return ledger;
 }
 
-function leaseOptions(overrides: Partial<LeaseOptions> = {}): LeaseOptions & { waitUntil: number } {
+function leaseOptions(
+  overrides: Partial<LeaseOptions & { waitUntil: number }> = {},
+): LeaseOptions & { waitUntil: number } {
   return {
     times,
     now,
@@ -129,7 +131,10 @@ describe('SlotLedger (on the emulator)', () => {
     await ledger.take('only', 2, times);
     const tableName = `ledger-${tables}`;
     const out = await clients.ddb.send(
-      new GetItemCommand({ TableName: tableName, Key: { pk: { S: LEDGER_PARTITION }, sk: { S: 'lease#only' } } }),
+      new GetItemCommand({
+        TableName: tableName,
+        Key: { pk: { S: LEDGER_PARTITION }, sk: { S: 'lease#only' } },
+      }),
     );
     expect(out.Item?.lanes?.N).toBe('2');
     expect(Number(out.Item?.reclaim_after?.N) - Number(out.Item?.expires_at?.N)).toBe(times.tailMs);
