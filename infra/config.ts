@@ -2,6 +2,7 @@ import type { PollScheduleMode } from '../functions/captchaai/poll-schedule.js';
 import type { CaptchaType } from '../functions/captchaai/types.js';
 import { ConfigError } from '../functions/common/errors.js';
 import { DEFAULTS, workerMemoryMbFor } from '../functions/common/settings.js';
+import { capCeiling, MAX_MAPPING_MAX_CONCURRENCY } from '../functions/pipeline/cap-policy.js';
 import { MAX_LANES } from '../functions/pipeline/lanes.js';
 import { type FormExpectation, parseFormExpectation } from '../functions/records/form-verdict.js';
 import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
@@ -31,7 +32,11 @@ export interface ThreadgateConfig {
   readonly initialCap: number;
   /** The adjuster never sets the cap below this (>= 1; a cap of 0 is a pause, not a cap). @default 1 */
   readonly minCap: number;
-  /** The adjuster never sets the cap above this (<= 1000, the mapping's MaximumConcurrency limit). @default 100 */
+  /**
+   * The adjuster never sets the cap above this (at most 1000 × lanes: the knobs hold r ≤ 1000, the
+   * mapping's MaximumConcurrency limit, and each invocation runs up to `lanes` lanes). A plan above
+   * it leaves threads idle, logged and counted (metric CapClampedByMax). @default 1000 × lanes
+   */
   readonly maxCap: number;
   /** Target hosts the worker may contact: exact host or `*.suffix`, an optional `:port` is ignored. @default [] (none) */
   readonly allowedHosts: readonly string[];
@@ -193,10 +198,11 @@ export function worstCaseAttemptMs(t: Pick<Timings, 'timeScale' | 'targetTimeout
 /** Reads and validates every setting; throws ConfigError naming the first bad one. */
 export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig {
   const stackName = readStackName(input);
-  const caps = readCaps(input);
   const endpoints = readEndpoints(input);
   const timings = readTimings(input);
   const { workerTimeoutSeconds, chainSeconds } = readWorkerTimeout(input, timings);
+  const lanes = readLanes(input, chainSeconds);
+  const caps = readCaps(input, lanes.lanes);
   const redelivery = readRedelivery(input, workerTimeoutSeconds);
   const visibilityTimeoutSeconds = readVisibilityTimeout(input, workerTimeoutSeconds);
   const monitoring = readMonitoring(input);
@@ -210,7 +216,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...timings,
     workerTimeoutSeconds,
     chainSeconds,
-    ...readLanes(input, chainSeconds),
+    ...lanes,
     ...redelivery,
     visibilityTimeoutSeconds,
     ...monitoring,
@@ -249,22 +255,27 @@ function readStackName(input: ThreadgateSettings): string {
   return stackName;
 }
 
-/** The reserve and the cap's bounds and starting value. */
+/** The reserve and the cap's bounds and starting value; maxCap's default and ceiling follow the lanes. */
 function readCaps(
   input: ThreadgateSettings,
+  lanes: number,
 ): Pick<ThreadgateConfig, 'reserve' | 'minCap' | 'maxCap' | 'initialCap'> {
   const reserve = readInteger(input, 'reserve', DEFAULTS.reserve, { min: 0, max: 10_000 });
   const minCap = readInteger(input, 'minCap', DEFAULTS.minCap, { min: 1, max: 1000 });
-  const maxCap = readInteger(input, 'maxCap', DEFAULTS.maxCap, { min: 1, max: 1000 });
+  const ceiling = capCeiling(lanes);
+  const maxCap = readInteger(input, 'maxCap', ceiling, { min: 1 });
+  if (maxCap > ceiling) {
+    throw new ConfigError(
+      'maxCap',
+      `must be <= ${ceiling} (${MAX_MAPPING_MAX_CONCURRENCY} invocations, the mapping's limit, × lanes ${lanes}), got ${maxCap}`,
+    );
+  }
   if (minCap > maxCap) throw new ConfigError('minCap', `must be <= maxCap (${maxCap}), got ${minCap}`);
   const initialCap = readInteger(
     input,
     'initialCap',
     Math.min(Math.max(DEFAULTS.initialCap, minCap), maxCap),
-    {
-      min: 1,
-      max: 1000,
-    },
+    { min: 1, max: ceiling },
   );
   if (initialCap < minCap || initialCap > maxCap) {
     throw new ConfigError(

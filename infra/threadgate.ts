@@ -55,7 +55,7 @@ export interface ThreadgateProps {
   readonly reserve?: number;
   /**
    * Cap deployed before the cap adjuster's first run (reserved concurrency and mapping maximum).
-   * Valid range: 1–1000, and within minCap..maxCap.
+   * Valid range: 1–1000 × lanes, and within minCap..maxCap.
    * @default 4
    */
   readonly initialCap?: number;
@@ -66,9 +66,10 @@ export interface ThreadgateProps {
    */
   readonly minCap?: number;
   /**
-   * The adjuster never sets a higher cap (1000 is the mapping's limit).
-   * Valid range: 1–1000.
-   * @default 100
+   * The adjuster never sets a higher cap; a plan above it leaves threads idle (logged, metric
+   * `CapClampedByMax`, shown by `threadgate status`): set it only to clamp on purpose.
+   * Valid range: 1–1000 × lanes (r ≤ 1000 invocations, the mapping's limit, of `lanes` lanes).
+   * @default 1000 × lanes
    */
   readonly maxCap?: number;
   /**

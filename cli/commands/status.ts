@@ -3,7 +3,14 @@ import { GetQueueAttributesCommand } from '@aws-sdk/client-sqs';
 import { paginateScan } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { readCapSettings } from '../../functions/pipeline/cap.js';
-import { type CapSettings, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import {
+  type CapSettings,
+  computeCap,
+  describeClamp,
+  type MaxCapClamp,
+  maxCapClamp,
+  readCap,
+} from '../../functions/pipeline/cap-policy.js';
 import { solvesInForce } from '../../functions/pipeline/lanes.js';
 import { type BatchCancel, cancelFrom, isCancelKey } from '../../functions/records/cancellations.js';
 import { REASON } from '../../functions/records/decisions.js';
@@ -95,6 +102,8 @@ export interface StatusReport {
         maxCap: number | null;
         /** What the adjuster will set: computeCap(threads, its settings). */
         targetCap: number | null;
+        /** Set when maxCap holds the cap below threads − reserve: the threads it leaves idle. */
+        clampedByMaxCap: MaxCapClamp | null;
       }
     | { error: string };
   queue: { depth: number; inFlight: number; delayed: number };
@@ -299,6 +308,7 @@ async function planStatus(aws: AwsContext, stack: ThreadgateStack): Promise<Stat
       minCap: settings?.minCap ?? null,
       maxCap: settings?.maxCap ?? null,
       targetCap: settings ? computeCap(info.threads, settings) : null,
+      clampedByMaxCap: (settings && maxCapClamp(info.threads, settings)) ?? null,
     };
   } catch (err) {
     return { error: err instanceof Error ? err.message : String(err) };
@@ -390,6 +400,7 @@ export function renderStatus(r: StatusReport): string {
         ? ''
         : `; target cap ${r.plan.targetCap} (${r.plan.threads} − reserve ${r.plan.reserve}, within ${r.plan.minCap}–${r.plan.maxCap})`;
     lines.push(`plan         ${r.plan.threads} threads, ${r.plan.workingThreads} working${target}`);
+    if (r.plan.clampedByMaxCap) lines.push(`  clamped by maxCap: ${describeClamp(r.plan.clampedByMaxCap)}`);
   }
   lines.push(
     `queue        ${r.queue.depth} waiting, ${r.queue.inFlight} in flight${r.queue.delayed ? `, ${r.queue.delayed} delayed` : ''}`,

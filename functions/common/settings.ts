@@ -20,7 +20,8 @@ export const DEFAULTS = {
   reserve: 1,
   initialCap: 4,
   minCap: 1,
-  maxCap: 100,
+  // maxCap has no fixed default: it is the ceiling the lanes allow, 1000 × lanes
+  // (functions/pipeline/cap-policy.ts capCeiling), so a plan runs in full unless clamped on purpose.
   timeScale: 1,
   targetTimeoutMs: 15_000,
   cooldownMs: 60_000,

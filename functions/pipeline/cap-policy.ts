@@ -16,7 +16,7 @@ export interface CapSettings {
   reserve: number;
   /** Lowest cap (>= 1; a cap of 0 would be a pause, which only PipelineControl does). */
   minCap: number;
-  /** Highest cap (<= MAX_MAPPING_MAX_CONCURRENCY). */
+  /** Highest cap (at most {@link capCeiling} of the lanes; by default that ceiling). */
   maxCap: number;
 }
 
@@ -24,6 +24,42 @@ export interface CapSettings {
 export const MIN_MAPPING_MAX_CONCURRENCY = 2;
 /** … nor above 1000. */
 export const MAX_MAPPING_MAX_CONCURRENCY = 1000;
+
+/**
+ * Returns the highest cap `lanes` lanes per invocation can carry, and maxCap's default: the knobs
+ * hold r ≤ the mapping's limit and r invocations of L ≤ `lanes` lanes carry the cap (./lanes.ts
+ * laneShape keeps r within the limit for every cap up to this), so a plan runs in full unless the
+ * operator sets a lower maxCap. With one lane it is the mapping's limit itself (r = cap).
+ */
+export function capCeiling(lanes: number): number {
+  return MAX_MAPPING_MAX_CONCURRENCY * Math.max(1, lanes);
+}
+
+/** A plan that maxCap holds below plan threads − reserve, and the threads it leaves idle. */
+export interface MaxCapClamp {
+  planThreads: number;
+  reserve: number;
+  maxCap: number;
+  /** (plan threads − reserve) − maxCap: threads paid for that no solve may use. */
+  idleThreads: number;
+}
+
+/** Decides whether maxCap clamps the cap a plan allows; undefined when the plan fits under it. */
+export function maxCapClamp(planThreads: number, settings: CapSettings): MaxCapClamp | undefined {
+  const idleThreads = planThreads - settings.reserve - settings.maxCap;
+  if (idleThreads <= 0) return undefined;
+  return { planThreads, reserve: settings.reserve, maxCap: settings.maxCap, idleThreads };
+}
+
+/** Says what a clamp costs and what to change (the adjuster's warning and `threadgate status`). */
+export function describeClamp(c: MaxCapClamp): string {
+  const wanted = c.planThreads - c.reserve;
+  return (
+    `plan ${c.planThreads} threads − reserve ${c.reserve} = ${wanted} is above maxCap ${c.maxCap}: ` +
+    `${c.idleThreads} threads idle; to use them raise maxCap to ${wanted} or unset it ` +
+    `(default and ceiling: ${MAX_MAPPING_MAX_CONCURRENCY} × lanes)`
+  );
+}
 
 /** The cap a plan allows: clamp(plan threads − reserve, minCap, maxCap). */
 export function computeCap(planThreads: number, settings: CapSettings): number {

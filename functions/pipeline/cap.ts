@@ -11,11 +11,14 @@ import { DEFAULTS } from '../common/settings.js';
 import {
   type CapKnobs,
   type CapSettings,
+  capCeiling,
   capInForce,
   computeCap,
+  describeClamp,
   MAX_MAPPING_MAX_CONCURRENCY,
   MIN_MAPPING_MAX_CONCURRENCY,
   mappingMaximumFor,
+  maxCapClamp,
   readCap,
 } from './cap-policy.js';
 import { type PipelineControl, type PipelineState, stopReason } from './control.js';
@@ -25,6 +28,7 @@ import {
   laneShape,
   nextShapeStep,
   type PublishedShape,
+  readLaneCount,
   readLaneSettings,
   sameShape,
   solvesInForce,
@@ -51,11 +55,18 @@ export interface CapAdjusterConfig extends CapSettings, LaneSettings {
   workerTimeoutMs: number;
 }
 
-/** The cap settings in the adjuster's environment (`threadgate status` reads them back the same way). */
+/**
+ * The cap settings in the adjuster's environment (`threadgate status` reads them back the same
+ * way). MAX_CAP defaults to, and may not exceed, the ceiling of the environment's LANES.
+ */
 export function readCapSettings(env: Env): CapSettings {
-  const limits = { min: 1, max: MAX_MAPPING_MAX_CONCURRENCY, integer: true };
-  const minCap = optionalNumber(env, 'MIN_CAP', DEFAULTS.minCap, limits);
-  const maxCap = optionalNumber(env, 'MAX_CAP', DEFAULTS.maxCap, limits);
+  const ceiling = capCeiling(readLaneCount(env));
+  const minCap = optionalNumber(env, 'MIN_CAP', DEFAULTS.minCap, {
+    min: 1,
+    max: MAX_MAPPING_MAX_CONCURRENCY,
+    integer: true,
+  });
+  const maxCap = optionalNumber(env, 'MAX_CAP', ceiling, { min: 1, max: ceiling, integer: true });
   if (minCap > maxCap) throw new ConfigError('MIN_CAP', `must be <= MAX_CAP (${maxCap}), got ${minCap}`);
   return {
     reserve: optionalNumber(env, 'RESERVE', DEFAULTS.reserve, { min: 0, integer: true }),
@@ -95,6 +106,8 @@ export type CapMetricName =
   | 'ReservedConcurrencyFallback'
   | 'PipelinePaused'
   | 'StopEvents'
+  /** Threads maxCap leaves idle: (plan threads − reserve) − maxCap, 0 when the plan fits. */
+  | 'CapClampedByMax'
   /** With lanes: the L published (the dashboard's in flight is invocations × this). */
   | 'LanesPerInvocation';
 
@@ -157,7 +170,8 @@ export type AdjustCapResult =
  * 1. read the pipeline state, the worker's reserved concurrency and its mapping;
  * 2. ask threadsinfo — a stop-class answer pauses the pipeline like the worker does, any other
  *    failure keeps the last cap (the knobs stay as they are);
- * 3. cap = clamp(threads − reserve, min, max), written only where a knob differs: when lowering
+ * 3. cap = clamp(threads − reserve, min, max) (a clamp by max is logged and counted, metric
+ *    CapClampedByMax), written only where a knob differs: when lowering
  *    the mapping first, when raising the reservation first, so reserved >= mapping maximum;
  * 4. never touch the mapping's Enabled flag: a paused pipeline stays paused.
  */
@@ -211,6 +225,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   }
 
   const cap = computeCap(info.threads, settings);
+  reportClamp(info.threads, settings, { logger, metric });
   const external = externalThreads(info, cap, effectiveBefore, { reserve: settings.reserve, logger, metric });
 
   const lanes = deps.lanes && deps.lanes.lanes > 1 ? deps.lanes : undefined;
@@ -294,6 +309,20 @@ async function applyShape(
     if (step.kind === 'publish-then-knobs') await writer.apply(effectiveBefore, target.r);
   }
   return sameShape(current, step.publish) && current ? current : step.publish;
+}
+
+/**
+ * Says when maxCap holds the cap below what the plan allows: an idle thread is paid for, so a
+ * clamp is the operator's deliberate act, never a silent one (metric and one warning a run).
+ */
+function reportClamp(
+  planThreads: number,
+  settings: CapSettings,
+  o: { logger: LogSink; metric: (name: CapMetricName, value: number) => unknown },
+): void {
+  const clamp = maxCapClamp(planThreads, settings);
+  o.metric('CapClampedByMax', clamp?.idleThreads ?? 0);
+  if (clamp) o.logger.warn(`clamped by maxCap: ${describeClamp(clamp)}`, { ...clamp });
 }
 
 /**

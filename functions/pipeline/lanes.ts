@@ -212,9 +212,14 @@ export interface LaneSettings {
   laneShapeParam?: string;
 }
 
+/** Reads LANES alone (1 when unset); errors name the variable. */
+export function readLaneCount(env: Env): number {
+  return checkLanes(optionalNumber(env, 'LANES', 1, { min: 1, integer: true }), 'LANES');
+}
+
 /** Reads LANES and LANE_SHAPE_PARAM; errors name the variable. */
 export function readLaneSettings(env: Env): LaneSettings {
-  const lanes = checkLanes(optionalNumber(env, 'LANES', 1, { min: 1, integer: true }), 'LANES');
+  const lanes = readLaneCount(env);
   const laneShapeParam = env.LANE_SHAPE_PARAM?.trim() || undefined;
   if (lanes > 1 && !laneShapeParam) {
     throw new ConfigError('LANE_SHAPE_PARAM', `is required when LANES is above 1 (got ${lanes})`);

@@ -27,9 +27,10 @@ export interface CapAdjusterProps {
 
 /**
  * Every minute: read CaptchaAI's threadsinfo, set cap = clamp(threads − reserve, minCap, maxCap)
- * on the worker's reserved concurrency and its mapping's MaximumConcurrency (only when a value
- * changes), and never enable a paused mapping. An EventBridge rule, not an EventBridge
- * Scheduler schedule, because moto (the local stack) cannot deploy the latter.
+ * (a clamp by maxCap is logged and counted) on the worker's reserved concurrency and its mapping's
+ * MaximumConcurrency (only when a value changes), and never enable a paused mapping. An
+ * EventBridge rule, not an EventBridge Scheduler schedule, because moto (the local stack) cannot
+ * deploy the latter.
  */
 export class CapAdjuster extends Construct {
   readonly fn: lambda.IFunction;

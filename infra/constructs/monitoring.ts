@@ -196,6 +196,7 @@ function addDashboardWidgets(
         custom('PlanThreads', 'Maximum').with({ label: 'Plan threads' }),
         custom('WorkingThreads', 'Maximum').with({ label: 'Working threads (all clients of the key)' }),
         custom('ExternalThreadsBusy', 'Maximum').with({ label: 'Busy outside this pipeline (estimate)' }),
+        custom('CapClampedByMax', 'Maximum').with({ label: 'Idle: plan above maxCap (threads)' }),
       ],
     }),
     new cloudwatch.GraphWidget({

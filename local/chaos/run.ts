@@ -6,7 +6,7 @@ import { SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import seedrandom from 'seedrandom';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
-import { computeCap } from '../../functions/pipeline/cap-policy.js';
+import { capCeiling, computeCap } from '../../functions/pipeline/cap-policy.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
 import { REPO_ROOT } from '../emulator/deploy.js';
@@ -396,7 +396,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosResult> {
     const cap = computeCap(o.threads, {
       reserve: o.reserve,
       minCap: DEFAULTS.minCap,
-      maxCap: DEFAULTS.maxCap,
+      maxCap: capCeiling(o.lanes ?? 1),
     });
     const siteUrl = dns ? stack.site.url.replace('127.0.0.1', TARGET_NAME) : stack.site.url;
     const batches = (o.rates.cancelMidRun ?? 0) > 0 ? batchesOf(o.seed) : undefined;

@@ -9,7 +9,7 @@ import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { ConfigError } from '../../functions/common/errors.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
-import { computeCap } from '../../functions/pipeline/cap-policy.js';
+import { capCeiling, computeCap } from '../../functions/pipeline/cap-policy.js';
 import { PipelineControl } from '../../functions/pipeline/control.js';
 import { resolveConfig, type ThreadgateSettings } from '../../infra/config.js';
 import {
@@ -153,7 +153,7 @@ export function localSettings(o: {
     initialCap: computeCap(o.threads, {
       reserve: o.reserve,
       minCap: DEFAULTS.minCap,
-      maxCap: DEFAULTS.maxCap,
+      maxCap: capCeiling(Number(o.extra?.lanes ?? 1)),
     }),
     allowedHosts: o.allowedHosts ?? ['127.0.0.1', 'localhost'],
     captchaaiUrl: o.captchaaiUrl,

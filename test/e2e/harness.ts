@@ -6,7 +6,7 @@ import { PurgeQueueCommand } from '@aws-sdk/client-sqs';
 import { type RedriveResult, redrive } from '../../cli/commands/redrive.js';
 import { awsContext } from '../../cli/stack.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
-import { computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
+import { capCeiling, computeCap, readCap } from '../../functions/pipeline/cap-policy.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import { REPO_ROOT } from '../../local/emulator/deploy.js';
 import { clearAwsFaults } from '../../local/emulator/fault-client.js';
@@ -42,11 +42,11 @@ import { NO_FAULTS } from '../../local/standins/captchaai/http.js';
 // 0.01: CaptchaAI's 120 s client deadline becomes 1.2 s and solves take 0.05-0.6 s. On a
 // starved two-core machine a record may end POLL_TIMEOUT; the tests count final outcomes.
 export const E2E = { threads: 8, reserve: 2, timeScale: 0.01 } as const;
-/** The cap the local stack's adjuster sets for the E2E plan (localSettings leaves minCap and maxCap at their defaults). */
+/** The cap the local stack's adjuster sets for the E2E plan (localSettings leaves minCap and maxCap at their defaults, one lane). */
 export const CAP = computeCap(E2E.threads, {
   reserve: E2E.reserve,
   minCap: DEFAULTS.minCap,
-  maxCap: DEFAULTS.maxCap,
+  maxCap: capCeiling(1),
 });
 
 /**

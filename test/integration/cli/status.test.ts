@@ -95,6 +95,38 @@ describe('threadgate status', () => {
     });
   });
 
+  it('says "clamped by maxCap" with the threads left idle when the plan is above the adjuster\'s MAX_CAP', async () => {
+    // Prepare: a 1,500-thread plan; the adjuster runs with RESERVE 2 and MAX_CAP 1000
+    standin.setThreads(1500);
+    try {
+      // Act
+      const text = await runCli(['status', '--no-outcomes'], { env: cliEnv(stack.moto) });
+      const json = await runCli(['status', '--no-outcomes', '--json'], { env: cliEnv(stack.moto) });
+
+      // Assess
+      expect(text.code).toBe(0);
+      expect(text.stdout).toMatch(
+        /\n {2}clamped by maxCap: plan 1500 threads − reserve 2 = 1498 is above maxCap 1000: 498 threads idle; to use them raise maxCap to 1498/,
+      );
+      expect(JSON.parse(json.stdout).plan).toMatchObject({
+        targetCap: 1000,
+        clampedByMaxCap: { planThreads: 1500, reserve: 2, maxCap: 1000, idleThreads: 498 },
+      });
+    } finally {
+      standin.setThreads(10);
+    }
+  });
+
+  it('says nothing of a clamp when the plan fits under maxCap', async () => {
+    // Act
+    const text = await runCli(['status', '--no-outcomes'], { env: cliEnv(stack.moto) });
+    const json = await runCli(['status', '--no-outcomes', '--json'], { env: cliEnv(stack.moto) });
+
+    // Assess
+    expect(text.stdout).not.toContain('clamped');
+    expect(JSON.parse(json.stdout).plan).toMatchObject({ targetCap: 8, clampedByMaxCap: null });
+  });
+
   it('exits 0 without a stack trace when the reader takes only the first bytes (--json | head -c 10)', async () => {
     // Act
     const run = await runCliPiped(['status', '--json'], 'head -c 10', cliEnv(stack.moto));

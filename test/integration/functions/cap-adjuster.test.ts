@@ -18,6 +18,7 @@ import { CaptchaAiClient } from '../../../functions/captchaai/client.js';
 import { type AdjustCapDeps, adjustCap, type CapMetricName } from '../../../functions/pipeline/cap.js';
 import type { CapSettings } from '../../../functions/pipeline/cap-policy.js';
 import { PipelineControl, type PipelineState } from '../../../functions/pipeline/control.js';
+import { resolveConfig } from '../../../infra/config.js';
 import { MOTO_REGION, type MotoServer, startMoto } from '../../../local/emulator/moto.js';
 import { writeZip } from '../../../local/emulator/zip.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
@@ -333,6 +334,26 @@ describe('adjustCap against the Lambda API (moto) and threadsinfo (stand-in)', (
     expect(await knobsOf(world)).toMatchObject({ reserved: 2, mappingMaximum: 2 });
   });
 
+  it('logs once and counts the threads maxCap leaves idle when the plan is above it', async () => {
+    // Prepare: a 1,000-thread plan under an explicit maxCap of 8
+    const world = await createWorld({ reserved: 4, mappingMaximum: 4 });
+    standin.setThreads(1000);
+    // Act
+    const result = await adjustCap(deps(world, { settings: { reserve: 1, minCap: 1, maxCap: 8 } }));
+    // Assess
+    expect(result).toMatchObject({ cap: 8, planThreads: 1000 });
+    expect(metric('CapClampedByMax')).toBe(991);
+    const clamps = recorded.warnings.filter((w) => w.message.startsWith('clamped by maxCap'));
+    expect(clamps).toEqual([
+      {
+        message: expect.stringMatching(
+          /plan 1000 threads − reserve 1 = 999 is above maxCap 8: 991 threads idle; to use them raise maxCap to 999/,
+        ),
+        extra: { planThreads: 1000, reserve: 1, maxCap: 8, idleThreads: 991 },
+      },
+    ]);
+  });
+
   it('moves the cap of a paused pipeline but leaves its mapping disabled and its state untouched', async () => {
     // Prepare: the worker paused the pipeline on IP_BANNED.
     const world = await createWorld({ reserved: 2, mappingMaximum: 2, paused: true });
@@ -589,6 +610,26 @@ describe('adjustCap with lanes: the knobs hold r, the shape is published beside 
     expect(metric('LanesPerInvocation')).toBe(4);
   });
 
+  it('runs a 1,000-thread plan within 2 % of plan − reserve with the deploy defaults and lanes 16', async () => {
+    // Prepare: the cap settings a stack deployed with the defaults and lanes 16 gives the adjuster
+    const { reserve, minCap, maxCap } = resolveConfig({ lanes: 16 });
+    const world = await createWorld({ reserved: 2, mappingMaximum: 2 });
+    standin.setThreads(1000);
+    // Act
+    const result = await adjustCap({
+      ...lanesDeps(world),
+      settings: { reserve, minCap, maxCap },
+      lanes: { lanes: 16, workerTimeoutMs: 600_000, settleMs: 4_000, now: () => clock },
+    });
+    // Assess: 999 carried by 62 invocations of 16 lanes (992 solves at once)
+    const wanted = 1000 - reserve;
+    expect(result).toMatchObject({ outcome: 'changed', cap: wanted, shape: { cap: wanted, r: 62, L: 16 } });
+    expect(result.outcome !== 'paused' && result.inForce).toBeGreaterThanOrEqual(0.98 * wanted);
+    expect(await knobsOf(world)).toMatchObject({ mappingMaximum: 62 });
+    expect(metric('CapClampedByMax')).toBe(0);
+    expect(recorded.warnings.map((w) => w.message)).not.toContainEqual(expect.stringMatching(/maxCap/));
+  });
+
   it('on a fall, lowers the knobs first and publishes a drain for the invocations started before it', async () => {
     // Prepare: at cap 12 (3 × 4)
     const world = await createWorld({ reserved: 3, mappingMaximum: 3 });
@@ -693,6 +734,7 @@ describe('cap adjuster handler', () => {
       expect(runs[0]).toContain('"changed"');
       const emf = stdout.lines().filter((l) => l.includes('"_aws"'));
       expect(emf.join('\n')).toContain('"PlanThreads"');
+      expect(emf.join('\n')).toContain('"CapClampedByMax"');
       expect(stdout.lines().join('\n')).not.toContain(API_KEY);
     } finally {
       stdout.stop();

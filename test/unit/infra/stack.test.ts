@@ -395,7 +395,7 @@ describe('ThreadgateStack with default settings', () => {
       TIME_SCALE: '1',
       RESERVE: '1',
       MIN_CAP: '1',
-      MAX_CAP: '100',
+      MAX_CAP: '1000',
       POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
     });
     expect(env.PIPELINE_STATE_PARAM).toEqual({ Ref: expect.stringMatching(/^PipelineStateParameter/) });
@@ -604,6 +604,7 @@ describe('ThreadgateStack with default settings', () => {
       'Threadgate/PlanThreads',
       'Threadgate/WorkingThreads',
       'Threadgate/ExternalThreadsBusy',
+      'Threadgate/CapClampedByMax',
       'AWS/SQS/ApproximateNumberOfMessagesVisible',
       'Threadgate/SolveTime',
       'Threadgate/PipelinePaused',
@@ -652,6 +653,29 @@ describe('ThreadgateStack with other settings', () => {
     template.hasResourceProperties('AWS::DynamoDB::Table', { StreamSpecification: Match.absent() });
     expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomesQueueUrl');
     expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomeFailuresQueueUrl');
+  });
+
+  it.each([
+    [1, '1000'],
+    [16, '16000'],
+  ])('gives the adjuster a maxCap of 1000 × lanes by default (lanes %i: %s)', (lanes, maxCap) => {
+    // Prepare / Act
+    const { template } = synth({ lanes });
+    // Assess
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-cap-adjuster',
+      Environment: { Variables: Match.objectLike({ MAX_CAP: maxCap }) },
+    });
+  });
+
+  it('accepts a maxCap above 1000 with lanes, up to 1000 × lanes', () => {
+    // Prepare / Act
+    const { template } = synth({ lanes: 8, maxCap: 8000 });
+    // Assess
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-cap-adjuster',
+      Environment: { Variables: Match.objectLike({ MAX_CAP: '8000', LANES: '8' }) },
+    });
   });
 
   it('holds a cap of 1 by reserved concurrency alone, without a mapping maximum', () => {
@@ -772,7 +796,12 @@ describe('settings validation at synth time', () => {
     ['reserve', { reserve: 'two' }, /^reserve: must be a number/],
     ['minCap', { minCap: 0 }, /^minCap: must be >= 1/],
     ['minCap', { minCap: 10, maxCap: 5 }, /^minCap: must be <= maxCap/],
-    ['maxCap', { maxCap: 1001 }, /^maxCap: must be <= 1000/],
+    [
+      'maxCap',
+      { maxCap: 1001 },
+      /^maxCap: must be <= 1000 \(1000 invocations, the mapping's limit, × lanes 1\)/,
+    ],
+    ['maxCap', { lanes: 16, maxCap: 16_001 }, /^maxCap: must be <= 16000 \(1000 invocations.* × lanes 16\)/],
     [
       'initialCap',
       { initialCap: 50, maxCap: 20 },
@@ -853,7 +882,7 @@ describe('settings validation at synth time', () => {
       reserve: 1,
       initialCap: 4,
       minCap: 1,
-      maxCap: 100,
+      maxCap: 1000,
       allowedHosts: [],
       captchaaiUrl: 'https://ocr.captchaai.com',
       secretName: 'threadgate/captchaai-api-key',

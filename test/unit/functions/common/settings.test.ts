@@ -46,4 +46,25 @@ describe('settings', () => {
       maxCap: deployed.maxCap,
     });
   });
+
+  it.each([
+    [1, 1000],
+    [16, 16_000],
+  ])(
+    'defaults maxCap to 1000 × lanes at deploy time and in the adjuster alike (lanes %i)',
+    (lanes, maxCap) => {
+      // Act
+      const deployed = resolveConfig({ lanes });
+      const adjuster = readCapSettings({ LANES: String(lanes) });
+      // Assess
+      expect(deployed.maxCap).toBe(maxCap);
+      expect(adjuster.maxCap).toBe(maxCap);
+    },
+  );
+
+  it('lets the adjuster take a MAX_CAP up to 1000 × LANES and refuses one above, naming the variable', () => {
+    expect(readCapSettings({ LANES: '16', MAX_CAP: '16000' }).maxCap).toBe(16_000);
+    expect(() => readCapSettings({ LANES: '16', MAX_CAP: '16001' })).toThrow(/^MAX_CAP: .*16000/);
+    expect(() => readCapSettings({ MAX_CAP: '1001' })).toThrow(/^MAX_CAP: .*1000/);
+  });
 });
