@@ -35,8 +35,9 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | any error once the invocation is ending | retry ABORTED, lease kept (as a killed invocation leaves it)  |
  * | InvalidJobError from DnsUnavailableError, receives < limit | retry DNS_UNAVAILABLE (checked before the claim) |
  * | BatchCancelledError (asked before an in.php) | `cancelled` with the cancel's reason            |
- * | LaneStoppedError (asked before an in.php) | retry STOPPED_BY_ANOTHER_LANE, claim released, given back untouched |
- * | InvocationEndingError (asked before an in.php, lanes) | retry INVOCATION_ENDING, claim released, visible again at once |
+ * | LaneStoppedError (asked before an in.php), receives < limit | retry STOPPED_BY_ANOTHER_LANE, claim released, given back untouched |
+ * | InvocationEndingError (asked before an in.php), receives < limit | retry INVOCATION_ENDING, claim released, visible again at once |
+ * | either of them, receives >= limit       | DLQ copy with its code and reason, claim released (nothing was sent) |
  * | CancelUnknownError, receives < limit    | retry CANCEL_UNKNOWN, claim released (nothing sent to in.php or the form) |
  * | CancelUnknownError, receives >= limit   | `failed` CANCEL_UNKNOWN                                      |
  * | InvalidJobError with a record key       | `rejected` row, reason naming the field (a non-final row: see decideRejectConflict) |
@@ -84,7 +85,8 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  */
 export type RecordDecision =
   | { action: 'reject'; recordKey: string; reason: string }
-  | { action: 'dlq'; errorCode: string; reason: string }
+  /** `release`: a claim of this delivery is released first (nothing of it was sent). */
+  | { action: 'dlq'; errorCode: string; reason: string; release?: boolean }
   /**
    * Stop-class: pause, then record. `taskId`: the task the stop came at (res.php), if any;
    * `lastReceive`: the message will not be received again before SQS redrives it.
@@ -161,13 +163,20 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
     return { action: 'retry', release: false, reason: err.cause.code };
   }
   if (err instanceof BatchCancelledError) return decideCancelled(err.cancel, false);
-  if (err instanceof LaneStoppedError) {
-    // Asked before an in.php: nothing was sent; the record waits in the queue for the resume.
-    return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE };
-  }
-  if (err instanceof InvocationEndingError) {
-    // Asked before an in.php: nothing was sent and no task of this claim holds a thread.
-    return { action: 'retry', release: true, reason: REASON.INVOCATION_ENDING };
+  if (err instanceof LaneStoppedError || err instanceof InvocationEndingError) {
+    // Asked before an in.php: nothing was sent and no task of this claim holds a thread. The record
+    // goes back (after a stop it waits in the queue for the resume); on the last allowed receive a
+    // return would let SQS move it with no reason, so it ends in the DLQ with its own, for a redrive.
+    const reason =
+      err instanceof LaneStoppedError ? REASON.STOPPED_BY_ANOTHER_LANE : REASON.INVOCATION_ENDING;
+    return ctx.receiveCount < ctx.transientReceiveLimit
+      ? { action: 'retry', release: true, reason }
+      : {
+          action: 'dlq',
+          errorCode: reason,
+          reason: `${err.message} (receive ${ctx.receiveCount}): nothing was sent; redrive it`,
+          release: true,
+        };
   }
   if (err instanceof CancelUnknownError) {
     // Unknown is never "not cancelled": nothing was sent, so the claim goes and a later

@@ -27,6 +27,12 @@ export interface OutcomeRow {
   task_submitted_at?: number;
   /** Phase marker: written just before the form POST (epoch ms); the form may have taken the token since. */
   posting_at?: number;
+  /**
+   * Epoch ms: a claim was released with the record's one fresh resubmission after UNSOLVABLE
+   * already due (its first task answered UNSOLVABLE). A later claim submits that one task and no
+   * other, whatever its receive: the release clears the task markers, not the budget.
+   */
+  resubmission_due_at?: number;
 }
 
 export type ClaimResult =

@@ -343,13 +343,19 @@ export class OutcomesStore {
    * the lease is still on, so a try whose answer was lost after it landed is neither written
    * again (attempts added twice) nor refused: it is found released and counts as written.
    */
-  async release(recordKey: string, owner: string, attempts = 0): Promise<WriteResult> {
+  async release(
+    recordKey: string,
+    owner: string,
+    attempts = 0,
+    resubmissionDue = false,
+  ): Promise<WriteResult> {
     const values = {
       ':owner': s(owner),
       ':in_progress': s('in_progress'),
       ':zero': n(0),
       ':attempts': n(attempts),
       ':iso': s(new Date(this.now()).toISOString()),
+      ...(resubmissionDue ? { ':due': n(this.now()) } : {}),
     };
     return this.ownedWrite(
       recordKey,
@@ -357,8 +363,9 @@ export class OutcomesStore {
       (retry) => ({
         ConditionExpression: retry ? `${OWNED} AND lease_expires_at <> :zero` : OWNED,
         // Released only when no task of this claim can still hold a thread: its task markers go.
-        UpdateExpression:
-          'SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts REMOVE task_id, task_submitted_at',
+        UpdateExpression: `SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts${
+          resubmissionDue ? ', resubmission_due_at = :due' : ''
+        } REMOVE task_id, task_submitted_at`,
         ExpressionAttributeValues: values,
       }),
       (row) => row.status === 'in_progress' && row.lease_expires_at === 0,

@@ -58,6 +58,8 @@ export interface ApplyContext {
   owner?: string;
   recordKey?: string;
   attempts?: number;
+  /** The record's one resubmission after UNSOLVABLE is spent or due (a release keeps that on the row). */
+  resubmitted?: boolean;
   /** The claim's lease end (epoch ms), set once the record is claimed. */
   leaseExpiresAt?: number;
   signal?: AbortSignal;
@@ -172,6 +174,9 @@ async function carryOut(decision: RecordDecision, c: ApplyContext): Promise<Reco
       return finished(true, 'rejected', deps, log, { reason: decision.reason });
     }
     case 'dlq': {
+      if (decision.release && c.owner && c.recordKey) {
+        await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0, c.resubmitted === true);
+      }
       await sendToDlq(deps, record, log, {
         error_code: decision.errorCode,
         reason: decision.reason,
@@ -210,7 +215,7 @@ async function carryOut(decision: RecordDecision, c: ApplyContext): Promise<Reco
         await deps.sleep(decision.cooldownMs, c.signal);
       }
       if (decision.release && c.owner && c.recordKey) {
-        await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0);
+        await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0, c.resubmitted === true);
       }
       // A retry that keeps this claim's lease comes back once the lease ends: earlier, the
       // redelivery would only meet it and spend a receive on the refusal.

@@ -253,7 +253,8 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
   let attempts = 0;
   const markers = new TaskMarkers(w);
   // Spent by every solve call of the record; read back when a solve ends with an error of ours.
-  const budget = freshSolveBudget();
+  // A release with the UNSOLVABLE resubmission due leaves that one task, and no other, to this claim.
+  const budget = { ...freshSolveBudget(), resubmitted: w.claim.previous?.resubmission_due_at !== undefined };
   try {
     await beforeNewTask(w, prior);
     const session = new TargetSession({
@@ -330,6 +331,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
     return applyDecision(decideOutcome(err, { ...w.ctx, aborted, posting: w.posting.marked }), {
       ...effects,
       attempts: attempts - markers.counted,
+      resubmitted: budget.resubmitted,
     });
   }
 }

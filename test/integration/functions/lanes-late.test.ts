@@ -123,6 +123,32 @@ describe('lanes late in an invocation, on the wire', () => {
     expect(posts(key)).toBe(1);
   }, 30_000);
 
+  it('a record released before its resubmission keeps it due: the next delivery sends that one task and, answered UNSOLVABLE again, no third', async () => {
+    // Prepare: both tasks the record could make answer UNSOLVABLE; the first invocation is too near
+    // its end for the resubmission.
+    const deps = environment();
+    const key = newKey('late-unsolvable-twice');
+    await sendJobs(clients.sqs, res.queueUrl, [job(key)]);
+    captcha.inject('in.php', [{ body: 'OK|900201' }, { body: 'OK|900202' }]);
+    captcha.inject('res.php', [{ body: 'ERROR_CAPTCHA_UNSOLVABLE' }, { body: 'ERROR_CAPTCHA_UNSOLVABLE' }]);
+    let asks = 0;
+    await processBatch(sqsEvent([], res.queueArn), deps, {
+      ...twoLanes(),
+      chainUntil: performance.now() + 30_000,
+      submitFits: () => asks++ === 0,
+    });
+    expect(inPhp(key)).toBe(1);
+    expect((await store.get(key))?.resubmission_due_at).toBeGreaterThan(0);
+    // Act: a lane with time takes it again
+    const again = await receiveAll(clients.sqs, res.queueUrl, 1);
+    expect(again).toHaveLength(1);
+    await processBatch(sqsEvent(again, res.queueArn), environment(), {});
+    // Assess: two tasks in all (the first and its one resubmission), never a third
+    expect(await store.get(key)).toMatchObject({ status: 'failed', reason: 'ERROR_CAPTCHA_UNSOLVABLE' });
+    expect(inPhp(key)).toBe(2);
+    expect(posts(key)).toBe(0);
+  }, 30_000);
+
   it('lanes take records when less than a whole worst case but the shortest work is left, and such a record with a task that never answers ends in time, not cut off', async () => {
     // Prepare: the remaining time leaves 1.5 s beyond the shortest work, far below one whole
     // record's worst case (the chain alone would take nothing). Every task never answers: each

@@ -4,6 +4,8 @@ import {
   CaptchaError,
   DnsUnavailableError,
   InvalidJobError,
+  InvocationEndingError,
+  LaneStoppedError,
   PollTimeoutError,
   StopClassError,
   TargetError,
@@ -31,6 +33,35 @@ import type { OutcomeRow } from '../../../../functions/records/store.js';
 const ctx: DecisionContext = { receiveCount: 1, transientReceiveLimit: 3, cooldownMs: 5_000 };
 const lastReceive: DecisionContext = { ...ctx, receiveCount: 3 };
 const ending: DecisionContext = { ...ctx, aborted: true };
+
+describe('decideOutcome: a record sent back before its in.php', () => {
+  it.each([
+    [
+      'another lane met the stop',
+      new LaneStoppedError('the invocation is stopping'),
+      'STOPPED_BY_ANOTHER_LANE',
+    ],
+    ['the invocation is ending', new InvocationEndingError('too little is left'), 'INVOCATION_ENDING'],
+  ])('%s: retried with its claim released below the receive limit', (_, err, reason) => {
+    expect(decideOutcome(err, ctx)).toEqual({ action: 'retry', release: true, reason });
+  });
+
+  it.each([
+    [
+      'another lane met the stop',
+      new LaneStoppedError('the invocation is stopping'),
+      'STOPPED_BY_ANOTHER_LANE',
+    ],
+    ['the invocation is ending', new InvocationEndingError('too little is left'), 'INVOCATION_ENDING'],
+  ])(
+    '%s: on the last allowed receive it ends in the DLQ with its reason, its claim released',
+    (_, err, code) => {
+      const decision = decideOutcome(err, lastReceive);
+      expect(decision).toMatchObject({ action: 'dlq', errorCode: code, release: true });
+      expect((decision as { reason: string }).reason).toMatch(/receive 3\): nothing was sent; redrive it/);
+    },
+  );
+});
 
 describe('decideOutcome: an error met while working a record', () => {
   it.each([
