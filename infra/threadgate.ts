@@ -42,7 +42,9 @@ export interface ThreadgateProps {
    */
   readonly allowedHosts?: readonly string[];
   /**
-   * DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver.
+   * DNS servers (`ip` or `ip:port`) that resolve target hosts instead of Lambda's resolver; they must be
+   * reachable from the internet (the functions run outside any VPC, so a VPC resolver is not). The
+   * local stack points it at a DNS stand-in that injects faults.
    * @default [] (the system resolver)
    */
   readonly dnsServers?: readonly string[];
@@ -152,7 +154,8 @@ export interface ThreadgateProps {
    */
   readonly workerTimeoutSeconds?: number;
   /**
-   * Worker memory in MB; the default rests on the worker's peak RSS measured as Lambda runs it.
+   * Worker memory in MB. The default rests on the worker's peak RSS measured as Lambda runs it with
+   * one, 8 and 16 lanes; above 16 lanes it is extrapolated, not measured.
    * Valid range: 128–10240.
    * @default 168 with one lane; 192 up to 8 lanes, 256 up to 16, then 8 more per lane
    */
