@@ -217,7 +217,14 @@ export interface AlarmRow {
   name: string;
   metric: string;
   when: string;
+  /** The alarm's description, what its notification carries. */
   action: string;
+}
+
+/** Where docs/operating.md says what an alarm means and what to do: its section's anchor. */
+export const RUNBOOK_PATH = `${PACKAGE_ROOT}docs/operating.md`;
+export function runbookAnchor(alarmName: string): string {
+  return `stack-${alarmName.replace(/^<name>-/, '')}`;
 }
 
 const COMPARISON: Record<string, string> = {
@@ -293,7 +300,12 @@ export function renderConstructReference(): string {
   );
   const alarms = table(
     ['Alarm', 'Metric', 'In alarm when', 'What to do'],
-    alarmRows().map((a) => [`\`${a.name}\``, cell(a.metric), a.when, cell(a.action)]),
+    alarmRows().map((a) => [
+      `\`${a.name}\``,
+      cell(a.metric),
+      a.when,
+      `[operating](operating.md#${runbookAnchor(a.name)})`,
+    ]),
   );
   return [
     '# The `Threadgate` construct: reference',
