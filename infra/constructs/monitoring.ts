@@ -97,8 +97,9 @@ export class Monitoring extends Construct {
       ...atLeastOne,
     });
     // Errors only: the worker reports a record's failure as a batch item failure, so an Error is an
-    // invocation that died. Throttles are left out: reserved concurrency is kept at or above the
-    // mapping maximum, so they stay 0 but for a moment while the cap falls (dashboard only).
+    // invocation that died. Throttles are left out: the adjuster keeps reserved concurrency at or
+    // above the mapping maximum, so the poller is not throttled; a batch that is goes back to the
+    // queue with one more receive, which the DLQ and oldest-job alarms catch if it repeats.
     this.workerErrors = alarm('WorkerErrors', {
       alarmName: `${props.stackName}-worker-errors`,
       alarmDescription:
