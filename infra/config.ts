@@ -40,7 +40,7 @@ export interface ThreadgateConfig {
   readonly maxCap: number;
   /** Target hosts the worker may contact: exact host or `*.suffix`, an optional `:port` is ignored. @default [] (none) */
   readonly allowedHosts: readonly string[];
-  /** DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver. @default [] (the system resolver) */
+  /** DNS servers (`ip` or `ip:port`) that resolve target hosts instead of Lambda's resolver, reachable from the internet (ThreadgateProps.dnsServers). @default [] (the system resolver) */
   readonly dnsServers: readonly string[];
   /** CaptchaAI base URL. @default 'https://ocr.captchaai.com' */
   readonly captchaaiUrl: string;
@@ -73,8 +73,8 @@ export interface ThreadgateConfig {
   readonly pollMeanBudget: number;
   /**
    * Worker memory in MB (128..10240). Lambda sizes V8's heap and the CPU share from it, and bills
-   * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it
-   * (docs/benchmark.md "Worker memory"). @default 168 with one lane; more with lanes (functions/common/settings.ts workerMemoryMbFor)
+   * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it with one,
+   * 8 and 16 lanes, extrapolated above 16 (docs/benchmark.md "Worker memory"). @default 168 with one lane; more with lanes (functions/common/settings.ts workerMemoryMbFor)
    */
   readonly workerMemoryMb: number;
   /**

@@ -100,30 +100,39 @@ export function grantDocs(source = parseSource()): Doc[] {
 const granteeId = (method: string) => `Grantee-${method}`;
 
 /**
- * A consumer's stack: a default Threadgate whose alarms notify a topic, and one role per grant
- * method given that grant alone (bundling skipped: only the template is read). Built once.
+ * A consumer's stack: a Threadgate with default props but `lanes` whose alarms notify a topic,
+ * and one role per grant method given that grant alone (bundling skipped: only the template is
+ * read). Built once per lanes value; the generated page reads the default (one lane).
  */
 const synthesized = (() => {
-  let built: { stack: Stack; template: { Resources: Record<string, Resource> } } | undefined;
-  return () => {
-    if (built) return built;
+  const built = new Map<number, { stack: Stack; template: { Resources: Record<string, Resource> } }>();
+  return (lanes = 1) => {
+    const cached = built.get(lanes);
+    if (cached) return cached;
     const app = new App({ context: { 'aws:cdk:bundling-stacks': [] } });
     const stack = new Stack(app, 'Consumer');
     const gate = new Threadgate(stack, 'Gate', {
       allowedHosts: ['forms.example.com'],
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:ops',
+      ...(lanes === 1 ? {} : { lanes }),
     });
     for (const { name } of grantDocs()) {
       const role = new iam.Role(stack, granteeId(name), { assumedBy: new iam.AccountRootPrincipal() });
       (gate as unknown as Record<string, (g: iam.IGrantable) => iam.Grant>)[name]?.call(gate, role);
     }
-    built = {
+    const result = {
       stack,
       template: Template.fromStack(stack).toJSON() as { Resources: Record<string, Resource> },
     };
-    return built;
+    built.set(lanes, result);
+    return result;
   };
 })();
+
+/** The template of that consumer's stack (`Consumer`) with `lanes` lanes. */
+export function consumerTemplate(lanes = 1): { Resources: Record<string, Resource> } {
+  return synthesized(lanes).template;
+}
 
 /** A resource of the template, named by its construct path below the Threadgate (`Jobs/Queue`). */
 function namer(stack: Stack): (logicalId: string) => string {
@@ -167,39 +176,55 @@ function resourceText(value: Json, name: (logicalId: string) => string): string 
   return JSON.stringify(value);
 }
 
-/** Each grant's statements on a fresh role: actions → the resources they apply to. */
-export function grantStatements(method: string): { actions: string[]; resources: string[] }[] {
-  const { stack, template } = synthesized();
+/** One statement of a grant: its actions on its resources, under its IAM conditions if any. */
+export interface GrantStatement {
+  actions: string[];
+  resources: string[];
+  conditions?: Record<string, Json>;
+}
+
+/** Each grant's statements on a fresh role, in a stack with `lanes` lanes: actions → the resources (and conditions) they apply to. */
+export function grantStatements(method: string, lanes = 1): GrantStatement[] {
+  const { stack, template } = synthesized(lanes);
   const role = stack.node.findChild(granteeId(method));
   const roleId = stack.resolve((role.node.defaultChild as iam.CfnRole).logicalId);
   const name = namer(stack);
-  const byResources = new Map<string, Set<string>>();
+  const byScope = new Map<string, Set<string>>();
   for (const r of Object.values(template.Resources)) {
     if (
       r.Type !== 'AWS::IAM::Policy' ||
       JSON.stringify(r.Properties.Roles) !== JSON.stringify([{ Ref: roleId }])
     )
       continue;
-    const doc = r.Properties.PolicyDocument as { Statement: { Action: Json; Resource: Json }[] };
+    const doc = r.Properties.PolicyDocument as {
+      Statement: { Action: Json; Resource: Json; Condition?: Record<string, Json> }[];
+    };
     for (const s of doc.Statement) {
       const resources = [s.Resource].flat().map((x) => resourceText(x, name));
-      const key = JSON.stringify(resources);
-      const actions = byResources.get(key) ?? new Set<string>();
+      const key = JSON.stringify([resources, s.Condition ?? null]);
+      const actions = byScope.get(key) ?? new Set<string>();
       for (const a of [s.Action].flat() as string[]) actions.add(a);
-      byResources.set(key, actions);
+      byScope.set(key, actions);
     }
   }
-  return [...byResources].map(([key, actions]) => ({
-    actions: [...actions].sort(),
-    resources: JSON.parse(key) as string[],
-  }));
+  return [...byScope].map(([key, actions]) => {
+    const [resources, conditions] = JSON.parse(key) as [string[], Record<string, Json> | null];
+    return { actions: [...actions].sort(), resources, ...(conditions ? { conditions } : {}) };
+  });
 }
 
 export interface AlarmRow {
   name: string;
   metric: string;
   when: string;
+  /** The alarm's description, what its notification carries. */
   action: string;
+}
+
+/** Where docs/operating.md says what an alarm means and what to do: its section's anchor. */
+export const RUNBOOK_PATH = `${PACKAGE_ROOT}docs/operating.md`;
+export function runbookAnchor(alarmName: string): string {
+  return `stack-${alarmName.replace(/^<name>-/, '')}`;
 }
 
 const COMPARISON: Record<string, string> = {
@@ -275,7 +300,12 @@ export function renderConstructReference(): string {
   );
   const alarms = table(
     ['Alarm', 'Metric', 'In alarm when', 'What to do'],
-    alarmRows().map((a) => [`\`${a.name}\``, cell(a.metric), a.when, cell(a.action)]),
+    alarmRows().map((a) => [
+      `\`${a.name}\``,
+      cell(a.metric),
+      a.when,
+      `[operating](operating.md#${runbookAnchor(a.name)})`,
+    ]),
   );
   return [
     '# The `Threadgate` construct: reference',

@@ -43,7 +43,7 @@ export interface ThreadgateProps {
    */
   readonly allowedHosts?: readonly string[];
   /**
-   * DNS servers (`ip` or `ip:port`) that resolve target hosts instead of the system resolver, e.g. a VPC resolver.
+   * DNS servers (`ip` or `ip:port`) that resolve target hosts instead of Lambda's resolver, reachable from the internet (the functions run outside any VPC).
    * @default [] (the system resolver)
    */
   readonly dnsServers?: readonly string[];
@@ -154,7 +154,7 @@ export interface ThreadgateProps {
    */
   readonly workerTimeoutSeconds?: number;
   /**
-   * Worker memory in MB; the default rests on the worker's peak RSS measured as Lambda runs it.
+   * Worker memory in MB; the default rests on peak RSS measured as Lambda runs it with 1, 8 and 16 lanes, extrapolated above 16.
    * Valid range: 128–10240.
    * @default 168 with one lane; 192 up to 8 lanes, 256 up to 16, then 8 more per lane
    */

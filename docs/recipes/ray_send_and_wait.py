@@ -1,6 +1,7 @@
 """Ray: send a batch of records with Ray Data, then wait for the batch's outcomes.
 
-Install: pip install 'ray[data]' pandas pyarrow threadgate_producer-*.whl   (Ray 2.51+)
+Install: in a virtual environment (PEP 668 refuses a system Python's bare pip install), Ray 2.51+:
+         python3 -m venv .venv && .venv/bin/pip install 'ray[data]' pandas pyarrow threadgate_producer-*.whl
          (the wheel: `pip wheel python/ --no-deps -w python/dist/` in a checkout)
 Run:     python ray_send_and_wait.py BATCH_ID records.jsonl
          (records.jsonl: one job per line, as `threadgate enqueue` takes; against

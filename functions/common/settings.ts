@@ -49,8 +49,9 @@ export const DEFAULTS = {
 } as const;
 
 /**
- * The worker's default memory for a `lanes` setting, MB: its measured peak RSS with that many
- * lanes (docs/benchmark.md "Worker memory with lanes") within 3/4 of it. Lambda gives CPU in
+ * The worker's default memory for a `lanes` setting, MB: the measured peak RSS within 3/4 of it,
+ * with 8 lanes for 2–8 and 16 for 9–16 (docs/benchmark.md "Worker memory with lanes"); above 16,
+ * 8 MB more a lane is an extrapolation, not measured. Lambda gives CPU in
  * proportion to memory, so this also sets the lanes' share of a core.
  */
 export function workerMemoryMbFor(lanes: number): number {

@@ -46,7 +46,8 @@ export function parseDnsServers(raw: readonly string[], setting = 'DNS_SERVERS')
 
 /**
  * Resolves through the named DNS servers (A and AAAA queries over UDP, c-ares) instead of the
- * system's getaddrinfo: for a VPC resolver, or a loopback DNS stand-in that injects faults.
+ * system's getaddrinfo: for servers of the operator's choice (reachable from the internet: the
+ * functions run outside any VPC), or a loopback DNS stand-in that injects faults.
  * No addresses of either family is the host's own answer (`ENOTFOUND`); a failure of the
  * servers (`ESERVFAIL`, `ETIMEOUT`, `ECONNREFUSED`) of either query is reported as such, so it
  * stays transient (TRANSIENT_DNS_CODES below).

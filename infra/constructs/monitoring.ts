@@ -48,6 +48,8 @@ export class Monitoring extends Construct {
   readonly pipelinePaused: cloudwatch.Alarm;
   readonly oldestMessageAge: cloudwatch.Alarm;
   readonly adjusterErrors: cloudwatch.Alarm;
+  /** Worker invocations that crashed, ran out of memory or timed out (Lambda counts each as an Error). */
+  readonly workerErrors: cloudwatch.Alarm;
   /** Undefined without the outcome stream. */
   readonly outcomeStream: OutcomeStreamAlarms | undefined;
   readonly dashboard: cloudwatch.Dashboard;
@@ -94,6 +96,17 @@ export class Monitoring extends Construct {
       metric: m.adjusterErrors,
       ...atLeastOne,
     });
+    // Errors only: the worker reports a record's failure as a batch item failure, so an Error is an
+    // invocation that died. Throttles are left out: the adjuster keeps reserved concurrency at or
+    // above the mapping maximum, so the poller is not throttled; a batch that is goes back to the
+    // queue with one more receive, which the DLQ and oldest-job alarms catch if it repeats.
+    this.workerErrors = alarm('WorkerErrors', {
+      alarmName: `${props.stackName}-worker-errors`,
+      alarmDescription:
+        "Worker invocations failed: a crash, out of memory or a timeout. Their records come back after the jobs queue's visibility timeout. Read the worker's log group.",
+      metric: props.worker.metricErrors({ period: Duration.minutes(5), statistic: 'Sum' }),
+      ...atLeastOne,
+    });
     this.outcomeStream = props.outcomeStream
       ? outcomeStreamAlarms(this, props.stackName, props.outcomeStream)
       : undefined;
@@ -104,6 +117,7 @@ export class Monitoring extends Construct {
         this.pipelinePaused,
         this.oldestMessageAge,
         this.adjusterErrors,
+        this.workerErrors,
         ...(this.outcomeStream ? Object.values(this.outcomeStream) : []),
       ]) {
         a.addAlarmAction(new actions.SnsAction(topic));

@@ -12,6 +12,15 @@ const WORDS = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'e
 const COUNTED =
   /\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|\d+) (?:Lambda )?(functions|handlers|alarms|(?:outcome )?statuses)\b/gi;
 
+/**
+ * A bill rendered from a bench report (docs/benchmark.md's `<!-- bill: … -->` block) counts the
+ * alarms of the template that run deployed: test/unit/bench/bill-markdown.test.ts keeps it that
+ * report's, and the next bench run counts today's.
+ */
+function withoutRecordedBills(text: string): string {
+  return text.replace(/<!-- bill: bench\/results\/[\w.-]+\.json -->[\s\S]*?<!-- bill: end -->/g, '');
+}
+
 function pages(): string[] {
   const folders = readdirSync(PACKAGE_ROOT, { withFileTypes: true })
     .filter((e) => e.isDirectory() && !['node_modules', 'dist', 'cdk.out', '.git'].includes(e.name))
@@ -32,7 +41,7 @@ function pages(): string[] {
 describe('counts the pages state', () => {
   const counts = deploymentCounts();
   const stated = pages().flatMap((page) =>
-    [...readFileSync(`${PACKAGE_ROOT}${page}`, 'utf8').matchAll(COUNTED)].map((m) => {
+    [...withoutRecordedBills(readFileSync(`${PACKAGE_ROOT}${page}`, 'utf8')).matchAll(COUNTED)].map((m) => {
       const word = (m[1] as string).toLowerCase();
       const n = WORDS.includes(word) ? WORDS.indexOf(word) : Number(word);
       const what = (m[2] as string).toLowerCase();

@@ -561,8 +561,8 @@ describe('ThreadgateStack with default settings', () => {
     expect([...skipped].filter((id) => referenced.has(id))).toEqual([]);
   });
 
-  it('alarms on a non-empty DLQ, a paused pipeline, old jobs and adjuster errors', () => {
-    template.resourceCountIs('AWS::CloudWatch::Alarm', 7); // these 4 and the outcome stream's 3
+  it("alarms on a non-empty DLQ, a paused pipeline, old jobs, adjuster errors and the worker's own errors", () => {
+    template.resourceCountIs('AWS::CloudWatch::Alarm', 8); // these 5 and the outcome stream's 3
     template.hasResourceProperties('AWS::CloudWatch::Alarm', {
       MetricName: 'ApproximateNumberOfMessagesVisible',
       Namespace: 'AWS/SQS',
@@ -584,6 +584,25 @@ describe('ThreadgateStack with default settings', () => {
       Namespace: 'AWS/Lambda',
       Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^CapAdjusterFunction') } }],
     });
+  });
+
+  it('alarms on any worker invocation that crashed, ran out of memory or timed out: its Errors, not its throttles', () => {
+    template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      AlarmName: 'Threadgate-worker-errors',
+      Namespace: 'AWS/Lambda',
+      MetricName: 'Errors',
+      Dimensions: [{ Name: 'FunctionName', Value: { Ref: Match.stringLikeRegexp('^WorkerFunction') } }],
+      Statistic: 'Sum',
+      Period: 300,
+      Threshold: 1,
+      EvaluationPeriods: 1,
+      ComparisonOperator: 'GreaterThanOrEqualToThreshold',
+      TreatMissingData: 'notBreaching',
+    });
+    const onWorker = Object.values(template.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
+      JSON.stringify(a.Properties.Dimensions ?? []).includes('WorkerFunction'),
+    );
+    expect(onWorker.map((a) => a.Properties.MetricName)).toEqual(['Errors']);
   });
 
   it('puts in flight, cap, plan and working threads, queue and DLQ depth and outcomes on the dashboard', () => {
@@ -649,7 +668,7 @@ describe('ThreadgateStack with other settings', () => {
     template.resourceCountIs('AWS::Lambda::EventSourceMapping', 1);
     template.resourceCountIs('AWS::Lambda::Function', 2);
     template.resourceCountIs('AWS::SQS::Queue', 2);
-    template.resourceCountIs('AWS::CloudWatch::Alarm', 4);
+    template.resourceCountIs('AWS::CloudWatch::Alarm', 5);
     template.hasResourceProperties('AWS::DynamoDB::Table', { StreamSpecification: Match.absent() });
     expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomesQueueUrl');
     expect(Object.keys(template.toJSON().Outputs)).not.toContain('OutcomeFailuresQueueUrl');
