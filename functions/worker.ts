@@ -16,7 +16,7 @@ import { CancelWatch, cancelRefreshMs } from './worker/cancel-watch.js';
 import { type WorkerClients, workerClients } from './worker/clients.js';
 import { readWorkerConfig, type WorkerConfig } from './worker/config.js';
 import { abortableSleep, collectingWhileIdle, idleCollector } from './worker/idle-wait.js';
-import { runInvocation } from './worker/invocation-run.js';
+import { runInvocation } from './worker/invocation/run.js';
 import { pollLearning } from './worker/poll-learning.js';
 import type { WorkerDeps } from './worker/types.js';
 

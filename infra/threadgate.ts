@@ -301,22 +301,10 @@ export class Threadgate extends Construct {
     const solveTimes =
       config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
     const ledger = new SlotLedgerTable(this, 'SlotLedger');
-    const worker = new Worker(this, 'Worker', {
-      config,
-      ledger,
-      queue: queues.queue,
-      dlq: queues.dlq,
-      table: outcomes.table,
-      pipelineState,
-      solveTimes,
-    });
-    const adjuster = new CapAdjuster(this, 'CapAdjuster', {
-      config,
-      worker,
-      queue: queues.queue,
-      pipelineState,
-      ledger,
-    });
+    const { queue, dlq } = queues;
+    const parts = { config, queue, pipelineState, ledger };
+    const worker = new Worker(this, 'Worker', { ...parts, dlq, table: outcomes.table, solveTimes });
+    const adjuster = new CapAdjuster(this, 'CapAdjuster', { ...parts, worker });
     const monitoring = new Monitoring(this, 'Monitoring', {
       stackName: config.stackName,
       queue: queues.queue,
@@ -328,17 +316,8 @@ export class Threadgate extends Construct {
       lanes: config.lanes,
       outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
-    this.parts = {
-      queues,
-      outcomes,
-      pipelineState,
-      worker,
-      adjuster,
-      monitoring,
-      outcomeStream,
-      solveTimes,
-      ledger,
-    };
+    const tables = { outcomes, solveTimes, ledger };
+    this.parts = { queues, ...tables, pipelineState, worker, adjuster, monitoring, outcomeStream };
     this.jobsQueue = queues.queue;
     this.deadLetterQueue = queues.dlq;
     this.outcomesTable = outcomes.table;

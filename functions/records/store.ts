@@ -336,26 +336,20 @@ export class OutcomesStore {
   }
 
   /**
-   * Gives the claim up without an outcome (a transient failure that will be retried): the
-   * lease ends now, so the redelivered message can claim at once. Tried like the other writes
-   * (WRITE_TRIES): a release that throws once would otherwise leave the lease on, and the
-   * redelivery would wait out the whole lease as another owner's. A later try writes only while
-   * the lease is still on, so a try whose answer was lost after it landed is neither written
-   * again (attempts added twice) nor refused: it is found released and counts as written.
+   * Gives the claim up without an outcome (a failure that will be retried): the lease ends now,
+   * so the redelivery can claim at once. Tried like the other writes (WRITE_TRIES), else a
+   * throw would leave the lease on for the redelivery to wait out. A later try writes only while
+   * the lease is on: one whose answer was lost after it landed is found released, written.
+   * `due`: the UNSOLVABLE resubmission is due (OutcomeRow.resubmission_due_at).
    */
-  async release(
-    recordKey: string,
-    owner: string,
-    attempts = 0,
-    resubmissionDue = false,
-  ): Promise<WriteResult> {
+  async release(recordKey: string, owner: string, attempts = 0, due = false): Promise<WriteResult> {
     const values = {
       ':owner': s(owner),
       ':in_progress': s('in_progress'),
       ':zero': n(0),
       ':attempts': n(attempts),
       ':iso': s(new Date(this.now()).toISOString()),
-      ...(resubmissionDue ? { ':due': n(this.now()) } : {}),
+      ...(due ? { ':due': n(this.now()) } : {}),
     };
     return this.ownedWrite(
       recordKey,
@@ -364,7 +358,7 @@ export class OutcomesStore {
         ConditionExpression: retry ? `${OWNED} AND lease_expires_at <> :zero` : OWNED,
         // Released only when no task of this claim can still hold a thread: its task markers go.
         UpdateExpression: `SET lease_expires_at = :zero, updated_at = :iso, attempts = if_not_exists(attempts, :zero) + :attempts${
-          resubmissionDue ? ', resubmission_due_at = :due' : ''
+          due ? ', resubmission_due_at = :due' : ''
         } REMOVE task_id, task_submitted_at`,
         ExpressionAttributeValues: values,
       }),

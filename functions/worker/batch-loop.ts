@@ -359,21 +359,6 @@ function sharedStop(deps: WorkerDeps, onClaimed: () => void): WorkerDeps {
   };
 }
 
-/**
- * An event none of whose records is worked (no room on the slot ledger): each comes back when
- * the first held lease can be reclaimed (`retryAt`, epoch ms), or after the retry delay.
- */
-export async function giveBackEvent(
-  event: SQSEvent,
-  deps: WorkerDeps,
-  retryAt: number | undefined,
-): Promise<SQSBatchResponse> {
-  const untilThen = retryAt === undefined ? 0 : Math.ceil((retryAt - deps.now()) / 1000) + 1;
-  const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
-  await setVisibility(deps, event.Records, seconds);
-  return { batchItemFailures: event.Records.map((r) => ({ itemIdentifier: r.messageId })) };
-}
-
 /** Whether the invocation may still take a message itself (see ./chain.ts). */
 function chainOpen(options: ProcessOptions): boolean {
   return options.chainUntil !== undefined && performance.now() < options.chainUntil;
@@ -422,7 +407,7 @@ const MIN_EMPTY_RECEIVE_WAIT_MS = 50;
 const EXCHANGE_WAIT_MS = 2_000;
 
 /** SQS's longest visibility timeout. */
-const MAX_VISIBILITY_SECONDS = 43_200;
+export const MAX_VISIBILITY_SECONDS = 43_200;
 
 /**
  * Retried records grouped by their visibility delay: the configured retry delay, or until
@@ -486,7 +471,8 @@ function metStopUnpaused(result: RecordResult): boolean {
   );
 }
 
-async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {
+/** Sets the visibility of messages, ten at a time; a failure is logged (they come back after their own). */
+export async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {
   for (let i = 0; i < records.length; i += 10) {
     const chunk = records.slice(i, i + 10);
     try {

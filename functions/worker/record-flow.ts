@@ -252,8 +252,7 @@ async function workClaim(w: ClaimWork): Promise<RecordResult> {
   }
   let attempts = 0;
   const markers = new TaskMarkers(w);
-  // Spent by every solve call of the record; read back when a solve ends with an error of ours.
-  // A release with the UNSOLVABLE resubmission due leaves that one task, and no other, to this claim.
+  // Spent by every solve call; read back on an error of ours. A release with the UNSOLVABLE resubmission due leaves that one task.
   const budget = { ...freshSolveBudget(), resubmitted: w.claim.previous?.resubmission_due_at !== undefined };
   try {
     await beforeNewTask(w, prior);

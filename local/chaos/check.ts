@@ -105,7 +105,9 @@ function few(keys: string[]): string {
 function submits(evidence: ChaosEvidence) {
   const inPhp = new Map<string, number>();
   const live = new Map<string, Set<string>>();
-  const last = new Map<string, { taskId: string; t: number; lost: boolean; unsolvable: boolean }>();
+  // `read`: the worker was answered its end (the token, or UNSOLVABLE): the task holds no thread and
+  // the worker knows it, so a new task may follow at once (after a release before the POST, say).
+  const last = new Map<string, { taskId: string; t: number; lost: boolean; read: boolean }>();
   const overlaps: string[] = [];
   const early: string[] = [];
   const lost: Record<string, number> = {};
@@ -113,7 +115,7 @@ function submits(evidence: ChaosEvidence) {
     if (e.kind === 'in.php') {
       bump(inPhp, e.record);
       const before = last.get(e.record);
-      if (before && !before.unsolvable) {
+      if (before && !before.read) {
         const wait = evidence.deadlineMs + (before.lost ? evidence.cooldownMs : 0);
         if (e.t - before.t < wait - DEADLINE_SLACK_MS)
           early.push(`${e.record} (${e.t - before.t} ms after task ${before.taskId}, ${wait} ms needed)`);
@@ -124,11 +126,14 @@ function submits(evidence: ChaosEvidence) {
       mine.add(e.taskId);
       live.set(e.record, mine);
       if (e.lost !== undefined) lost[e.lost] = (lost[e.lost] ?? 0) + 1;
-      last.set(e.record, { taskId: e.taskId, t: e.t, lost: e.lost !== undefined, unsolvable: false });
+      last.set(e.record, { taskId: e.taskId, t: e.t, lost: e.lost !== undefined, read: false });
     } else if (e.kind === 'task-end') {
       live.get(e.record)?.delete(e.taskId);
       const before = last.get(e.record);
-      if (before?.taskId === e.taskId && e.state === 'unsolvable') before.unsolvable = true;
+      if (before?.taskId === e.taskId && e.state === 'unsolvable') before.read = true;
+    } else if (e.kind === 'res.php' && e.answer === 'OK') {
+      const before = last.get(e.record);
+      if (before?.taskId === e.taskId) before.read = true;
     }
   }
   return { inPhp, overlaps, early, lost };

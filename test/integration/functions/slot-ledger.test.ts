@@ -1,7 +1,7 @@
 import { CreateTableCommand, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEDGER_PARTITION, type LeaseTimes, SlotLedger } from '../../../functions/pipeline/ledger.js';
-import { InvocationLease, type LeaseOptions } from '../../../functions/worker/invocation-lease.js';
+import { InvocationLease, type LeaseOptions } from '../../../functions/worker/invocation/lease.js';
 import type { MotoServer } from '../../../local/emulator/moto.js';
 import { type AwsClients, clientsFor, startMoto } from '../../fixtures/aws.js';
 

@@ -72,6 +72,25 @@ describe('chaos checker', () => {
     ]);
   });
 
+  it('allows a new task at once after the earlier one was answered (a release before the POST), not after an unread end', () => {
+    const e = clean();
+    e.captcha = [
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '1', inFlight: 1 }), t: 0 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '1', state: 'solved', inFlight: 0 }), t: 10 },
+      { ...ev({ kind: 'res.php', record: 'a', taskId: '1', answer: 'OK', inFlight: 0 }), t: 11 },
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '2', inFlight: 1 }), t: 20 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '2', state: 'solved', inFlight: 0 }), t: 30 },
+      { ...ev({ kind: 'in.php', record: 'a', taskId: '3', inFlight: 1 }), t: 40 },
+      { ...ev({ kind: 'task-end', record: 'a', taskId: '3', state: 'solved', inFlight: 0 }), t: 50 },
+      { ...ev({ kind: 'in.php', record: 'b', taskId: '4', inFlight: 1 }), t: 60 },
+      { ...ev({ kind: 'task-end', record: 'b', taskId: '4', state: 'solved', inFlight: 0 }), t: 70 },
+    ] as LoggedCaptchaEvent[];
+    // Task 2's end was never read by the worker: task 3 came too early; task 1's was read.
+    expect(checkChaos(e).violations).toEqual([
+      "a record submitted again before its task's deadline: a (20 ms after task 2, 1000 ms needed)",
+    ]);
+  });
+
   it('names every broken invariant: the cap, overlapping tasks, two POSTs, unended records, DLQ, queue, a leaked secret', () => {
     const e = clean();
     e.captcha.splice(2, 0, ev({ kind: 'in.php', record: 'a', taskId: '9', inFlight: 3 }));

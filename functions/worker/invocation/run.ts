@@ -1,10 +1,10 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
-import { lanesAllowed } from '../pipeline/lanes.js';
-import { giveBackEvent, processBatch } from './batch-loop.js';
-import { takeWindow, worstCaseSettingsOf } from './chain-window.js';
-import { InvocationLease, leaseOptionsFor } from './invocation-lease.js';
-import { errorSummary, type ProcessOptions, type WorkerDeps } from './types.js';
-import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from './worst-case.js';
+import { lanesAllowed } from '../../pipeline/lanes.js';
+import { MAX_VISIBILITY_SECONDS, processBatch, setVisibility } from '../batch-loop.js';
+import { takeWindow, worstCaseSettingsOf } from '../chain-window.js';
+import { errorSummary, type ProcessOptions, type WorkerDeps } from '../types.js';
+import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from '../worst-case.js';
+import { InvocationLease, leaseOptionsFor } from './lease.js';
 
 /**
  * One invocation, from its event to its partial batch response: the deadline's abort, the take
@@ -100,4 +100,19 @@ async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pic
     deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
   }
   return { lanes: { count, allowed } };
+}
+
+/**
+ * An event none of whose records is worked (no room on the slot ledger): each comes back when
+ * the first held lease can be reclaimed (`retryAt`, epoch ms), or after the retry delay.
+ */
+async function giveBackEvent(
+  event: SQSEvent,
+  deps: WorkerDeps,
+  retryAt: number | undefined,
+): Promise<SQSBatchResponse> {
+  const untilThen = retryAt === undefined ? 0 : Math.ceil((retryAt - deps.now()) / 1000) + 1;
+  const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
+  await setVisibility(deps, event.Records, seconds);
+  return { batchItemFailures: event.Records.map((r) => ({ itemIdentifier: r.messageId })) };
 }

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@aws-lambda-powertools/logger';
-import type { LeaseTimes, SlotLedger } from '../pipeline/ledger.js';
-import { taskDeadlineMs, type WorkerConfig } from './config.js';
-import { errorSummary } from './types.js';
+import type { LeaseTimes, SlotLedger } from '../../pipeline/ledger.js';
+import { taskDeadlineMs, type WorkerConfig } from '../config.js';
+import { errorSummary } from '../types.js';
 
 /**
  * An invocation's lease on the slot ledger (../pipeline/ledger.ts): the lanes it may run, kept
