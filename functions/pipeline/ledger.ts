@@ -43,7 +43,7 @@ export interface LeaseTimes {
 export interface LedgerCount {
   /** Lanes held now. */
   held: number;
-  /** Solves allowed at once; undefined until the cap adjuster has written one (nothing is refused then). */
+  /** Solves allowed at once; undefined until the cap adjuster has written one. */
   cap: number | undefined;
 }
 
@@ -84,12 +84,22 @@ export class SlotLedger {
 
   /**
    * Takes up to `want` lanes for invocation `id` (a lease of its own; with `adding`, more lanes on
-   * the lease it holds): as many as the cap leaves room for. Returns the lanes granted, 0 when
-   * there is no room. A race with another taker is read again and tried once more.
+   * the lease it holds): as many as the cap leaves room for; before the cap adjuster has written
+   * a cap, `firstCap` (the deployed one) stands for it. Returns the lanes granted, 0 when there is
+   * no room. A race with another taker is read again and tried once more.
    */
-  async take(id: string, want: number, times: LeaseTimes, adding = false): Promise<Grant | { lanes: 0 }> {
+  async take(
+    id: string,
+    want: number,
+    times: LeaseTimes,
+    o: { adding?: boolean; firstCap?: number } = {},
+  ): Promise<Grant | { lanes: 0 }> {
+    const adding = o.adding === true;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const { held, cap } = await this.count();
+      const count = await this.count();
+      const { held } = count;
+      const cap = count.cap ?? o.firstCap;
+      const written = count.cap !== undefined;
       const lanes = cap === undefined ? want : Math.min(want, cap - held);
       if (lanes <= 0) return { lanes: 0 };
       const expiresAt = this.#now() + times.ttlMs;
@@ -101,18 +111,18 @@ export class SlotLedger {
                 Update: {
                   TableName: this.o.tableName,
                   Key: key(COUNT_SK),
-                  // Room for `lanes` under the cap read above, or no cap yet; a cap that changed
-                  // since is read again.
-                  ConditionExpression:
-                    cap === undefined
-                      ? 'attribute_not_exists(#cap)'
-                      : '#cap = :cap AND (attribute_not_exists(#held) OR #held <= :limit)',
+                  // Room for `lanes` under the cap read above (written, or the first one); a cap
+                  // that changed since is read again.
+                  ConditionExpression: `${written ? '#cap = :cap' : 'attribute_not_exists(#cap)'}${
+                    cap === undefined ? '' : ' AND (attribute_not_exists(#held) OR #held <= :limit)'
+                  }`,
                   UpdateExpression: 'SET #held = if_not_exists(#held, :zero) + :lanes',
                   ExpressionAttributeNames: { '#held': 'held', '#cap': 'cap' },
                   ExpressionAttributeValues: {
                     ':lanes': num(lanes),
                     ':zero': num(0),
-                    ...(cap === undefined ? {} : { ':cap': num(cap), ':limit': num(cap - lanes) }),
+                    ...(written ? { ':cap': num(cap ?? 0) } : {}),
+                    ...(cap === undefined ? {} : { ':limit': num(cap - lanes) }),
                   },
                 },
               },

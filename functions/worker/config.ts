@@ -50,6 +50,8 @@ export interface WorkerConfig extends LaneSettings {
    * there, so the cap holds after a crash. Unset: reserved concurrency alone bounds the worker.
    */
   ledgerTable?: string;
+  /** The cap deployed (INITIAL_CAP): the slot ledger's until the cap adjuster has written one. */
+  firstCap?: number;
   /** DNS servers that resolve target hosts (DNS_SERVERS, `ip[:port]` list; empty: the system resolver). */
   dnsServers: string[];
   /**
@@ -110,6 +112,9 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
     ledgerTable: env.LEDGER_TABLE?.trim() || undefined,
+    ...(env.INITIAL_CAP?.trim()
+      ? { firstCap: optionalNumber(env, 'INITIAL_CAP', 1, { min: 1, integer: true }) }
+      : {}),
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
     chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,
     formExpect: parseFormExpectation(env.FORM_EXPECT, 'FORM_EXPECT'),

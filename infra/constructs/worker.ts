@@ -77,6 +77,7 @@ export class Worker extends Construct {
       CAPTCHAAI_POLL_MEAN_BUDGET: String(config.pollMeanBudget),
       ...(props.solveTimes ? { SOLVE_TIMES_TABLE: props.solveTimes.table.tableName } : {}),
       LEDGER_TABLE: props.ledger.table.tableName,
+      INITIAL_CAP: String(config.initialCap),
       ...(config.expect ? { FORM_EXPECT: JSON.stringify(config.expect) } : {}),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,

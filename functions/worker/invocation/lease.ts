@@ -48,7 +48,12 @@ export class InvocationLease {
     let reclaimedAt = Number.NEGATIVE_INFINITY;
     for (;;) {
       try {
-        const granted = await ledger.take(id, want, o.times);
+        const granted = await ledger.take(
+          id,
+          want,
+          o.times,
+          o.firstCap === undefined ? {} : { firstCap: o.firstCap },
+        );
         if ('expiresAt' in granted) return new InvocationLease(ledger, id, granted, o);
         if (o.now() - reclaimedAt >= o.reclaimEveryMs) {
           reclaimedAt = o.now();
@@ -132,6 +137,8 @@ export interface LeaseOptions {
   reclaimEveryMs: number;
   /** No in.php is sent this close to the lease's expiry. */
   submitMarginMs: number;
+  /** The deployed cap: the ledger's until the cap adjuster has written one. */
+  firstCap?: number;
 }
 
 /** A lease's life at time scale 1: renewed every 40 s. */
@@ -143,7 +150,7 @@ export const CLOCK_MARGIN_MS = 2_000;
 
 /** The lease's timings for a worker's configuration. */
 export function leaseOptionsFor(
-  config: Pick<WorkerConfig, 'timeScale' | 'captchaTimings' | 'cooldownMs'>,
+  config: Pick<WorkerConfig, 'timeScale' | 'captchaTimings' | 'cooldownMs' | 'firstCap'>,
   rest: Pick<LeaseOptions, 'now' | 'sleep' | 'logger'>,
 ): LeaseOptions {
   const ttlMs = Math.max(MIN_LEASE_TTL_MS, LEASE_TTL_MS * config.timeScale);
@@ -155,5 +162,6 @@ export function leaseOptionsFor(
     pollMs: Math.max(500, 5_000 * config.timeScale),
     reclaimEveryMs: Math.max(1_000, 10_000 * config.timeScale),
     submitMarginMs: CLOCK_MARGIN_MS,
+    ...(config.firstCap === undefined ? {} : { firstCap: config.firstCap }),
   };
 }

@@ -126,6 +126,15 @@ describe('SlotLedger (on the emulator)', () => {
     expect((await ledger.take('b', 3, times)).lanes).toBe(1);
   });
 
+  it('bounds takes by the deployed cap until the adjuster writes one, then by the written cap', async () => {
+    const ledger = await freshLedger();
+    expect((await ledger.take('a', 4, times, { firstCap: 6 })).lanes).toBe(4);
+    expect((await ledger.take('b', 4, times, { firstCap: 6 })).lanes).toBe(2);
+    expect((await ledger.take('c', 1, times, { firstCap: 6 })).lanes).toBe(0);
+    await ledger.setCap(8);
+    expect((await ledger.take('c', 4, times, { firstCap: 6 })).lanes).toBe(2);
+  });
+
   it('keeps every lease item in its one partition', async () => {
     const ledger = await freshLedger(2);
     await ledger.take('only', 2, times);

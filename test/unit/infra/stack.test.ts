@@ -357,6 +357,7 @@ describe('ThreadgateStack with default settings', () => {
         'CAPTCHAAI_POLL_MEAN_BUDGET',
         'SOLVE_TIMES_TABLE',
         'LEDGER_TABLE',
+        'INITIAL_CAP',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
         'MALLOC_ARENA_MAX',
