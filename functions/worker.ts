@@ -7,7 +7,7 @@ import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { SlotLedger } from './pipeline/ledger.js';
 import { ApiKeySource } from './pipeline/secret.js';
-import { PipelineView, stateCacheMs } from './pipeline/state-view.js';
+import { MIN_STATE_CACHE_MS, PipelineView, STALE_STATE_MS, stateCacheMs } from './pipeline/state-view.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
@@ -155,6 +155,8 @@ function pipelineView(
       return snapshot;
     },
     ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
+    // A throttled read answers the last good snapshot for a while: a lane does not end on it.
+    staleMs: Math.max(MIN_STATE_CACHE_MS * 10, STALE_STATE_MS * config.timeScale),
   });
 }
 

@@ -13,6 +13,9 @@ export const STATE_CACHE_MS = 2_000;
 /** The cache never goes below this at small time scales. */
 export const MIN_STATE_CACHE_MS = 200;
 
+/** How long, at time scale 1, the last good snapshot answers for a read that failed. */
+export const STALE_STATE_MS = 20_000;
+
 /** The cache's life at a time scale. */
 export function stateCacheMs(timeScale: number): number {
   return Math.max(MIN_STATE_CACHE_MS, STATE_CACHE_MS * timeScale);
@@ -26,7 +29,9 @@ export interface PipelineSnapshot {
 /**
  * One environment's view of the pipeline state and the lane shape: a read is shared by every
  * caller while it is under way and reused for `ttlMs` after it started (0: each ask reads).
- * A failed read is not kept: the next ask reads again.
+ * A failed read is not kept: the next ask reads again. With `staleMs`, a failed read answers
+ * the last good snapshot while it is younger than that (a throttled read must not end a lane or
+ * drop an invocation to one lane); older, or with none, the failure is the answer.
  */
 export class PipelineView {
   #last: { at: number; value: PipelineSnapshot } | undefined;
@@ -36,6 +41,8 @@ export class PipelineView {
     private readonly o: {
       read: () => Promise<PipelineSnapshot>;
       ttlMs: number;
+      /** How long the last good snapshot answers for a failed read; unset: never. */
+      staleMs?: number;
       /** A monotonic clock (ms). */
       clock?: () => number;
     },
@@ -47,10 +54,17 @@ export class PipelineView {
     if (last && clock() - last.at < this.o.ttlMs) return last.value;
     if (this.#pending) return this.#pending;
     const at = clock();
-    const pending = this.o.read().then((value) => {
-      this.#last = { at, value };
-      return value;
-    });
+    const pending = this.o.read().then(
+      (value) => {
+        this.#last = { at, value };
+        return value;
+      },
+      (err: unknown) => {
+        const good = this.#last;
+        if (good && this.o.staleMs !== undefined && clock() - good.at < this.o.staleMs) return good.value;
+        throw err;
+      },
+    );
     this.#pending = pending;
     try {
       return await pending;

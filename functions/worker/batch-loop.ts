@@ -139,8 +139,9 @@ class Invocation {
     try {
       return index < (await this.options.lanes.allowed());
     } catch (err) {
-      this.#deps.logger.warn('could not read the lane shape; the lane ends', errorSummary(err));
-      return false;
+      // The slot ledger counts this lane whatever the shape says: an unknown shape keeps it.
+      this.#deps.logger.warn('could not read the lane shape; the lane keeps its place', errorSummary(err));
+      return true;
     }
   }
 

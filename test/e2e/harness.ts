@@ -57,7 +57,10 @@ export const CAP = computeCap(E2E.threads, {
  */
 export function startE2eStack(
   name: string,
-  options: Pick<LocalStackOptions, 'runtime' | 'targetDelays' | 'threads' | 'reserve' | 'settings'> = {},
+  options: Pick<
+    LocalStackOptions,
+    'runtime' | 'targetDelays' | 'threads' | 'reserve' | 'settings' | 'timeScale'
+  > = {},
 ): Promise<LocalStack> {
   return startLocalStack({
     ...E2E,

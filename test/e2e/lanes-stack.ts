@@ -6,12 +6,10 @@ import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-st
 import { startE2eStack } from './harness.js';
 
 /**
- * The deployed stack of the lanes proofs (test/e2e/lanes.test.ts, and the fleet kill in
- * lease-expiry.test.ts): moto, the real CDK app with `lanes` 4, the local runtime in a process of
- * its own so the fleet can be killed. A plan of 14 threads with reserve 2 is cap 12, carried by
- * r = 3 invocations of L = 4 lanes. The fleet kill has a stack of its own: it waits out the
- * killed invocations' visibility timeout (the lease, about 3 minutes here), so it runs beside
- * the other proofs that wait out a lease, in one window, instead of adding its own.
+ * The deployed stack of the lanes proofs (test/e2e/lanes.test.ts, and the fleet kills of
+ * crash-cap.test.ts): moto, the real CDK app with `lanes` 4 (or as asked), the local runtime in
+ * a process of its own so the fleet can be killed. A plan of 14 threads with reserve 2 is cap 12,
+ * carried by r = 3 invocations of L = 4 lanes.
  */
 export const LANES = 4;
 export const PLAN = { threads: 14, reserve: 2 } as const;
@@ -29,8 +27,13 @@ export class LanesStack {
   readonly #runtimes: RuntimeProcess[] = [];
   private constructor(readonly stack: LocalStack) {}
 
-  static async start(name: string): Promise<LanesStack> {
-    const lanes = new LanesStack(await startE2eStack(name, { ...PLAN, runtime: false, settings: SETTINGS }));
+  /** `lanes` (default LANES) and `timeScale` (default the suite's 0.01) for a stack of other shape. */
+  static async start(name: string, o: { lanes?: number; timeScale?: number } = {}): Promise<LanesStack> {
+    const settings = { ...SETTINGS, lanes: o.lanes ?? LANES };
+    const timeScale = o.timeScale === undefined ? {} : { timeScale: o.timeScale };
+    const lanes = new LanesStack(
+      await startE2eStack(name, { ...PLAN, runtime: false, settings, ...timeScale }),
+    );
     await lanes.startRuntime();
     return lanes;
   }

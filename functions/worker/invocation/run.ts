@@ -80,10 +80,15 @@ export async function runInvocation(
  */
 const RECEIVE_VISIBILITY_MARGIN_S = 60;
 
+/** An invocation's first read of the lane shape is tried this often, SHAPE_RETRY_MS × n apart. */
+const SHAPE_READ_TRIES = 3;
+const SHAPE_RETRY_MS = 200;
+
 /**
  * The lanes this invocation starts with, and the lanes it may keep as the published shape moves
  * (../pipeline/lanes.ts): none with one lane. Before the adjuster has published a shape, or when
- * it cannot be read, one lane: never more than the cap was shown to allow.
+ * it cannot be read after a few tries (a failed read answers the environment's last good one for
+ * a while: ../../pipeline/state-view.ts), one lane.
  */
 async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pick<ProcessOptions, 'lanes'>> {
   const { config, pipeline } = deps;
@@ -94,10 +99,15 @@ async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pic
     return shape ? Math.min(config.lanes, lanesAllowed(shape, startedAt, deps.now())) : 1;
   };
   let count = 1;
-  try {
-    count = await allowed();
-  } catch (err) {
-    deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
+  for (let attempt = 1; attempt <= SHAPE_READ_TRIES; attempt++) {
+    try {
+      count = await allowed();
+      break;
+    } catch (err) {
+      if (attempt === SHAPE_READ_TRIES)
+        deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
+      else await deps.sleep(SHAPE_RETRY_MS * attempt);
+    }
   }
   return { lanes: { count, allowed } };
 }
