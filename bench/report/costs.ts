@@ -197,7 +197,7 @@ function awsCostSection(i: BuildInput, f: RunFacts, gbsPerSolve: number): BenchR
     prices: AWS_PRICES,
     notes: [
       'USD at us-east-1 list prices (bench/cost.ts): Lambda arm64, SQS standard, DynamoDB on demand; free tiers ignored',
-      `Lambda at the worker's deployed memory, ${i.memoryMb} MB (workerMemoryMb; its default rests on the peak RSS of an environment run as Lambda runs it, a Node process under the runtime's heap flags: bench/results/memory-*.json, docs/benchmark.md "Worker memory")`,
+      `Lambda at the worker's deployed memory, ${i.memoryMb} MB (workerMemoryMb; its default rests on the peak RSS of an environment run as Lambda runs it, a Node process under the runtime's heap flags: bench/results/memory-*.json, docs/benchmark-notes.md "Worker memory")`,
       counted
         ? 'SQS and DynamoDB as the emulator counted them over the capped run (local/emulator/usage.py): every SQS request of the functions, of the event source mapping’s pollers and of the producer; the DynamoDB request units of the functions’ calls (item sizes, the batch index, failed conditional writes, reads)'
         : 'no emulator counts (LocalStack): SQS is the producer’s SendMessageBatch calls, one ReceiveMessage and one DeleteMessage per message and DLQ copies; DynamoDB two write units per record (an estimate that misses the markers and the batch index)',

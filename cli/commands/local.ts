@@ -300,9 +300,8 @@ must be 1 and the records must come from --records FILE (forms on loopback: the 
 allowlist is 127.0.0.1 and localhost).
 
 Exit codes: 0 every record has an outcome or a DLQ entry; 3 the pipeline paused (stop-class
-CaptchaAI error); 1 timed out or failed; 64 usage error. Needs Python 3: moto[server] 5.x comes
-from python3 when it has it, else from a virtual environment of the checkout's own
-(.local-stack/python, made and filled once), or from $THREADGATE_PYTHON. No Docker.`,
+CaptchaAI error); 1 timed out or failed; 64 usage error. Needs Python 3 for moto[server] 5.x
+(which Python, in which order, and $THREADGATE_PYTHON: docs/local-stack.md, "Python"). No Docker.`,
     );
 }
 

@@ -50,11 +50,11 @@ export interface PollScheduleSettings {
 
 /**
  * 12 calls per solve on average: 2captcha-compatible services block a key whose requests pass
- * about 20 × tasks + 1,200 (docs/benchmark.md), so 12 leaves room for retries and the in.php call.
+ * about 20 × tasks + 1,200 (docs/benchmark-notes.md), so 12 leaves room for retries and the in.php call.
  * A task may take up to 120, one a second over the 120 s deadline on average, the pace of the
  * fastest peer client (Capsolver polls every second): the mean budget is what the services count,
  * and a tighter ceiling only takes polls from where answers are dense (at 40 the schedule used 9–10
- * of its 11 calls and waited longer, docs/benchmark.md). Two polls of one task may be 0.5 s apart
+ * of its 11 calls and waited longer, docs/benchmark-notes.md). Two polls of one task may be 0.5 s apart
  * where answers are dense; 3 answers are enough to start from.
  */
 export const DEFAULT_POLL_SCHEDULE: PollScheduleSettings = {

@@ -45,7 +45,7 @@ export interface SolveTimings {
  * for its poll, and that time is lost to the plan (its thread is free, the slot is not). With
  * reCAPTCHA answers between 15 and 60 s (CaptchaAI's published ceiling), 3 s polls cover that
  * range in 16 calls and leave a ceiling of ~0.96 of the plan's thread-time, where 5 s leave
- * ~0.94 (docs/benchmark.md has the measured trade-off of calls per solve against efficiency).
+ * ~0.94 (docs/benchmark-notes.md has the measured trade-off of calls per solve against efficiency).
  */
 export const DEFAULT_TIMINGS: SolveTimings = {
   firstPollMs: {

@@ -3,7 +3,7 @@
  * clients that serve rare paths (the pause's Lambda client, the secret read once per
  * environment) as factories that import their SDK module on first use: a module not imported is
  * neither evaluated nor compiled, which keeps it out of the execution environment's memory
- * (docs/benchmark.md "Worker memory"). Callers that hold a client anyway pass it as it is.
+ * (docs/benchmark-notes.md "Worker memory"). Callers that hold a client anyway pass it as it is.
  */
 export type LazyClient<T> = T | (() => Promise<T>);
 

@@ -30,7 +30,7 @@ export const DEFAULTS = {
   pollBudget: DEFAULT_TIMINGS.pollBudget,
   pollSchedule: DEFAULT_POLL_SCHEDULE.mode,
   pollMeanBudget: DEFAULT_POLL_SCHEDULE.meanBudget,
-  /** The worker's memory, MB: its peak RSS measured as Lambda runs it, with headroom (docs/benchmark.md). */
+  /** The worker's memory, MB: its peak RSS measured as Lambda runs it, with headroom (docs/benchmark-notes.md "Worker memory"). */
   workerMemoryMb: 168,
   maxReceiveCount: 5,
   transientReceiveLimit: 3,
@@ -50,7 +50,7 @@ export const DEFAULTS = {
 
 /**
  * The worker's default memory for a `lanes` setting, MB: the measured peak RSS within 3/4 of it,
- * with 8 lanes for 2–8 and 16 for 9–16 (docs/benchmark.md "Worker memory with lanes"); above 16,
+ * with 8 lanes for 2–8 and 16 for 9–16 (docs/benchmark-notes.md "Worker memory with lanes"); above 16,
  * 8 MB more a lane is an extrapolation, not measured. Lambda gives CPU in
  * proportion to memory, so this also sets the lanes' share of a core.
  */

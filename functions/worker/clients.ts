@@ -11,7 +11,7 @@ import { type LazyClient, lazyClient } from '../common/lazy-client.js';
  * every record and are made at once; Lambda (only a pause disables the mapping) and Secrets
  * Manager (one read per environment, again after a stop or a resume) are factories whose SDK
  * module is imported on first use, so an environment that never pauses never loads
- * @aws-sdk/client-lambda (docs/benchmark.md "Worker memory"). Tests pass their own clients.
+ * @aws-sdk/client-lambda (docs/benchmark-notes.md "Worker memory"). Tests pass their own clients.
  */
 export interface WorkerClients {
   ddb?: DynamoDBClient;

@@ -6,7 +6,7 @@
  * Why collect by hand: Lambda starts Node with an old space of memory − memory ÷ 10 (116 MB at
  * 128 MB), so V8 lets the heap grow far past what is alive before it runs a major collection,
  * and the process's peak RSS, which Lambda counts against the memory size, is mostly garbage
- * (docs/benchmark.md "Worker memory"). The runtime also passes --expose-gc, so `globalThis.gc`
+ * (docs/benchmark-notes.md "Worker memory"). The runtime also passes --expose-gc, so `globalThis.gc`
  * exists there; elsewhere (tests, this machine's plain Node) nothing is collected by hand.
  */
 

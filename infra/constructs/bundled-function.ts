@@ -41,7 +41,7 @@ export const LAMBDA_BUNDLING = {
  * they work on Lambda's managed runtime). By default glibc raises its trim and mmap thresholds
  * after large frees and keeps up to 8 arenas per core: the memory V8 frees after parsing and
  * compiling a 1.8 MB bundle stays resident, and the environment's peak RSS, which Lambda counts
- * against its memory, is about 20 MB higher (docs/benchmark.md "Worker memory": 105-109 MB
+ * against its memory, is about 20 MB higher (docs/benchmark-notes.md "Worker memory": 105-109 MB
  * against 83-87 MB at load under the 128 MB flags). A fixed trim threshold (glibc's own default
  * value, no longer raised) returns freed memory at the top of the heap; two arenas are enough
  * for Node's few threads.

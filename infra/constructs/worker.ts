@@ -98,10 +98,10 @@ export class Worker extends Construct {
       // r of the first shape: the cap itself with one lane (functions/pipeline/lanes.ts).
       reservedConcurrentExecutions: firstShape.r,
       // The default rests on the peak RSS of one environment measured as Lambda runs it, a Node
-      // process under the runtime's heap flags (docs/benchmark.md "Worker memory").
+      // process under the runtime's heap flags (docs/benchmark-notes.md "Worker memory").
       memorySize: config.workerMemoryMb,
       // Parsing the 2.4 MB source map at load raises the environment's peak RSS by about 8 MB
-      // (docs/benchmark.md "Worker memory"), paid by every slot every second; the worker's
+      // (docs/benchmark-notes.md "Worker memory"), paid by every slot every second; the worker's
       // errors are logged by name and message, and a stack can be mapped with the bundle's map.
       runtimeSourceMaps: false,
       environment,

@@ -64,7 +64,7 @@ export function lambdaNodeBinary(from?: string | URL, platform?: string): string
  * The V8 flags Lambda's managed Node.js runtime starts `node` with at a memory size of
  * `memoryMb`: its bootstrap script (/var/runtime/bootstrap) computes new space = memory ÷ 10,
  * semi space = new space ÷ 2 and old space = memory − new space, in MB, with integer division
- * (docs/benchmark.md "Worker memory" cites the source and what is unverified).
+ * (docs/benchmark-notes.md "Worker memory" cites the source and what is unverified).
  */
 export function lambdaNodeArgs(memoryMb: number): string[] {
   const newSpace = Math.floor(memoryMb / 10);

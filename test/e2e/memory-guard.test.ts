@@ -9,7 +9,7 @@ import { runRecords } from '../../local/stack/run.js';
 import { allFinished, startE2eStack, uniquePrefix } from './harness.js';
 import { e2eTarget } from './target.js';
 
-// The memory guard (docs/benchmark.md "Worker memory"): the worker's default memory rests on a
+// The memory guard (docs/benchmark-notes.md "Worker memory"): the worker's default memory rests on a
 // measured peak RSS, so a change that bloats the worker (a large dependency or buffer loaded at
 // start, memory kept from record to record) must fail here, not in a Lambda that is stopped for
 // passing its memory. Each execution environment is a Node 22 process of its own under the heap

@@ -148,17 +148,27 @@ export const MIN_LEASE_TTL_MS = 9_000;
 /** Clocks of Lambda environments differ by milliseconds; the margin keeps borderline cases safe. */
 export const CLOCK_MARGIN_MS = 2_000;
 
+/**
+ * Returns a lease's life and its tail for a worker's configuration: the ledger frees a dead
+ * invocation's lanes `tailMs` after its lease's expiry, at most `ttlMs` after its last renewal.
+ */
+export function leaseTimesFor(
+  config: Pick<WorkerConfig, 'timeScale' | 'captchaTimings' | 'cooldownMs'>,
+): LeaseTimes {
+  const ttlMs = Math.max(MIN_LEASE_TTL_MS, LEASE_TTL_MS * config.timeScale);
+  // The tail covers a task sent just before expiry: its deadline, then the cool-down a lost
+  // answer holds, and the clocks' margin.
+  return { ttlMs, tailMs: taskDeadlineMs(config) + config.cooldownMs + CLOCK_MARGIN_MS };
+}
+
 /** The lease's timings for a worker's configuration. */
 export function leaseOptionsFor(
   config: Pick<WorkerConfig, 'timeScale' | 'captchaTimings' | 'cooldownMs' | 'firstCap'>,
   rest: Pick<LeaseOptions, 'now' | 'sleep' | 'logger'>,
 ): LeaseOptions {
-  const ttlMs = Math.max(MIN_LEASE_TTL_MS, LEASE_TTL_MS * config.timeScale);
   return {
     ...rest,
-    // The tail covers a task sent just before expiry: its deadline, then the cool-down a lost
-    // answer holds, and the clocks' margin.
-    times: { ttlMs, tailMs: taskDeadlineMs(config) + config.cooldownMs + CLOCK_MARGIN_MS },
+    times: leaseTimesFor(config),
     pollMs: Math.max(500, 5_000 * config.timeScale),
     reclaimEveryMs: Math.max(1_000, 10_000 * config.timeScale),
     submitMarginMs: CLOCK_MARGIN_MS,

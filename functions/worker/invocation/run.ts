@@ -78,7 +78,7 @@ export async function runInvocation(
  * Beyond the invocation's remaining time, a message it took itself stays hidden this long: time
  * for its accounting after the last lane (visibility changes, deletes) before it could be seen.
  */
-const RECEIVE_VISIBILITY_MARGIN_S = 60;
+export const RECEIVE_VISIBILITY_MARGIN_S = 60;
 
 /** An invocation's first read of the lane shape is tried this often, SHAPE_RETRY_MS × n apart. */
 const SHAPE_READ_TRIES = 3;
