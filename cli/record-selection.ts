@@ -80,7 +80,7 @@ export async function readKeysFile(file: string): Promise<string[]> {
   return [...keys];
 }
 
-/** The rows of the selection: a batch's rows oldest update first, or the keys' rows in file order. */
+/** The rows of the selection: a batch's rows shard by shard, or the keys' rows in file order. */
 export async function selectedRows(store: OutcomesStore, selection: Selection): Promise<OutcomeRow[]> {
   if (selection.kind === 'batch') {
     const rows: OutcomeRow[] = [];
@@ -92,6 +92,48 @@ export async function selectedRows(store: OutcomesStore, selection: Selection): 
     const row = found.get(key);
     return row ? [row] : [];
   });
+}
+
+/**
+ * How far before its previous look's start a look reads from. An index entry whose status_at is
+ * older than that when it becomes visible is missed until a full look. It covers the index's
+ * propagation (usually under a second), a write's tries (functions/records/store.ts WRITE_TRIES:
+ * its status_at is taken before the first) and the skew between the workers' clocks and this one.
+ */
+export const LOOK_OVERLAP_MS = 15_000;
+
+/**
+ * The rows of a selection, look after look, for a waiter. Keys: every row by key each look (the
+ * file bounds them). A batch: the first look and every `full` one read the whole batch index;
+ * a later look reads only the entries whose status_at is at or after the previous look's start
+ * minus LOOK_OVERLAP_MS (rows that entered the batch or ended since), and keeps the rows it
+ * knew. A `stopped` row claimed again keeps its status_at, so only a full look sees it in
+ * progress: a waiter confirms an end with one (cli/commands/wait.ts).
+ */
+export class SelectionLooks {
+  readonly #rows = new Map<string, OutcomeRow>();
+  #since: string | undefined;
+
+  constructor(
+    private readonly store: OutcomesStore,
+    private readonly selection: Selection,
+    private readonly now: () => number = Date.now,
+    private readonly overlapMs = LOOK_OVERLAP_MS,
+  ) {}
+
+  /** The selection's rows now; `full`: read every row again. */
+  async look(full: boolean): Promise<OutcomeRow[]> {
+    if (this.selection.kind === 'keys') return selectedRows(this.store, this.selection);
+    const since = full ? undefined : this.#since;
+    const started = this.now();
+    if (since === undefined) this.#rows.clear();
+    for await (const row of this.store.batchRows(this.selection.batchId, since)) {
+      const known = this.#rows.get(row.record_key);
+      if (!known || (known.status_at ?? '') <= (row.status_at ?? '')) this.#rows.set(row.record_key, row);
+    }
+    this.#since = new Date(started - this.overlapMs).toISOString();
+    return [...this.#rows.values()];
+  }
 }
 
 /** `batch "b-1"` or `the 120 keys of keys.txt`, for messages. */

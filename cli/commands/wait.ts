@@ -10,7 +10,7 @@ import { type DlqHit, type DlqRead, dlqReader, NO_DLQ_MESSAGES } from '../dlq-re
 import { CliError, EXIT } from '../exit-codes.js';
 import { formRefusalCounts, formRefusalText } from '../form-refusals.js';
 import { Progress } from '../progress.js';
-import { describeSelection, type Selection, selectedRows, selectionFrom } from '../record-selection.js';
+import { describeSelection, type Selection, SelectionLooks, selectionFrom } from '../record-selection.js';
 import {
   type AwsContext,
   addStackOptions,
@@ -75,7 +75,8 @@ export interface WaitSnapshot {
 export type { DlqHit } from '../dlq-read.js';
 
 export interface WaitDeps {
-  look(): Promise<WaitSnapshot>;
+  /** `full`: read every row of the selection; otherwise a look may read only what changed since the last. */
+  look(o: { full: boolean }): Promise<WaitSnapshot>;
   /** Reads the DLQ without taking anything out of it or hiding anything. */
   dlq(): Promise<DlqRead>;
   now(): number;
@@ -225,18 +226,78 @@ function missingText(what: string, o: WaitOptions, t: Tally, rows: number, dlq: 
   }${unread}`;
 }
 
-/** Polls until the selection ends, the pipeline pauses, nothing is left to wait for, or the timeout. */
+/** How a look ends the wait, if it does. */
+type WaitEnding = [end: WaitEnd, exitCode: number, message: string];
+
+/** What one look found, as decideEnding needs it. */
+interface LookState {
+  look: WaitSnapshot;
+  t: Tally;
+  dlq: DlqRead;
+  /** When the look started. */
+  lookedAt: number;
+  /** Idle looks of the jobs queue in a row, this one included. */
+  idleLooks: number;
+}
+
+/** Whether a look ends the wait, and how (the timeout aside); pure. */
+function decideEnding(o: WaitOptions, what: string, boundMs: number, s: LookState): WaitEnding | undefined {
+  const { look, t } = s;
+  if (t.records > o.expected) return ['too_many', EXIT.badTask, tooManyText(what, o.expected, t)];
+  if (t.pending === 0 && t.open === 0) {
+    const code = doneExitCode(t.counts);
+    const tail =
+      code === EXIT.stop
+        ? `; ${pausedText(look.pipeline)}`
+        : code === EXIT.cancelled
+          ? `; ${cancelledText(look.cancel)}`
+          : code === EXIT.badTask
+            ? `; some records did not submit${refusedText(look.rows)}`
+            : '';
+    return ['done', code, `${what}: all ${o.expected} records ended${tail}`];
+  }
+  // A cancelled batch ends the wait once none of its records is being worked on, on a look that
+  // started after the cancel's bound: before it a worker with a stale cache may still claim and
+  // POST a record (and the batch index may lag). What is still queued then ends `cancelled`
+  // without a task, so there is nothing left worth waiting for.
+  if (look.cancel && t.open === 0 && s.lookedAt >= Date.parse(look.cancel.cancelledAt) + boundMs) {
+    const rest =
+      t.pending > 0 ? `; the other ${t.pending} end \`cancelled\` as the worker reaches their messages` : '';
+    const ended = `${t.ended} of ${o.expected} records ended, none is in progress`;
+    return ['cancelled', EXIT.cancelled, `${what}: ${cancelledText(look.cancel)}; ${ended}${rest}`];
+  }
+  if (look.pipeline.paused) {
+    const next =
+      'Nothing moves until `threadgate resume`; then `threadgate redrive` for the stopped records.';
+    const pending = `${t.pending} of ${o.expected} records have not ended`;
+    return ['paused', EXIT.stop, `${what}: ${pending} and ${pausedText(look.pipeline)}. ${next}`];
+  }
+  // Two idle looks in a row: the index is eventually consistent, so one more look settles it.
+  // (A cancelled batch with nothing in progress waits for its bound instead, then ends above.)
+  if (s.idleLooks >= 2 && !(look.cancel && t.open === 0)) {
+    return ['missing', EXIT.badTask, missingText(what, o, t, look.rows.length, s.dlq)];
+  }
+  return undefined;
+}
+
+/**
+ * Polls until the selection ends, the pipeline pauses, nothing is left to wait for, or the
+ * timeout. The first look reads every row (`full`); later ones may read only what changed
+ * (SelectionLooks in ../record-selection.ts), so an end they find is confirmed by a full look
+ * right away, and the wait ends only on what that one finds.
+ */
 export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<WaitReport> {
   const started = deps.now();
   const what = describeSelection(o.selection);
   let dlq: DlqRead = NO_DLQ_MESSAGES;
   let idleLooks = 0;
+  let full = true;
   const cancelBoundMs = o.cancelBoundMs ?? cancelRefreshMs(1);
   for (;;) {
     // When this look started: a look that started after cancelledAt + the bound sees every record
     // a worker could still have been working on.
     const lookedAt = deps.now();
-    const look = await deps.look();
+    const look = await deps.look({ full });
     idleLooks = look.queueIdle ? idleLooks + 1 : 0;
     // The DLQ is read only when the queue is idle: before that a missing record may still be on its way.
     if (idleLooks > 0) dlq = await deps.dlq();
@@ -258,46 +319,13 @@ export async function waitForRecords(deps: WaitDeps, o: WaitOptions): Promise<Wa
       ...(look.cancel ? { cancel: look.cancel } : {}),
       elapsed_s: Math.round((deps.now() - started) / 100) / 10,
     });
-    if (t.records > o.expected) return report('too_many', EXIT.badTask, tooManyText(what, o.expected, t));
-    if (t.pending === 0 && t.open === 0) {
-      const code = doneExitCode(t.counts);
-      const tail =
-        code === EXIT.stop
-          ? `; ${pausedText(look.pipeline)}`
-          : code === EXIT.cancelled
-            ? `; ${cancelledText(look.cancel)}`
-            : code === EXIT.badTask
-              ? `; some records did not submit${refusedText(look.rows)}`
-              : '';
-      return report('done', code, `${what}: all ${o.expected} records ended${tail}`);
+    const ending = decideEnding(o, what, cancelBoundMs, { look, t, dlq, lookedAt, idleLooks });
+    if (ending && !full) {
+      full = true; // confirm it on every row, now
+      continue;
     }
-    // A cancelled batch ends the wait once none of its records is being worked on, on a look that
-    // started after the cancel's bound: before it a worker with a stale cache may still claim and
-    // POST a record (and the batch index may lag). What is still queued then ends `cancelled`
-    // without a task, so there is nothing left worth waiting for.
-    if (look.cancel && t.open === 0 && lookedAt >= Date.parse(look.cancel.cancelledAt) + cancelBoundMs) {
-      return report(
-        'cancelled',
-        EXIT.cancelled,
-        `${what}: ${cancelledText(look.cancel)}; ${t.ended} of ${o.expected} records ended, none is in progress` +
-          (t.pending > 0
-            ? `; the other ${t.pending} end \`cancelled\` as the worker reaches their messages`
-            : ''),
-      );
-    }
-    if (look.pipeline.paused) {
-      return report(
-        'paused',
-        EXIT.stop,
-        `${what}: ${t.pending} of ${o.expected} records have not ended and ${pausedText(look.pipeline)}. ` +
-          'Nothing moves until `threadgate resume`; then `threadgate redrive` for the stopped records.',
-      );
-    }
-    // Two idle looks in a row: the index is eventually consistent, so one more look settles it.
-    // (A cancelled batch with nothing in progress waits for its bound instead, then ends above.)
-    if (idleLooks >= 2 && !(look.cancel && t.open === 0)) {
-      return report('missing', EXIT.badTask, missingText(what, o, t, look.rows.length, dlq));
-    }
+    if (ending) return report(...ending);
+    full = false;
     if (o.timeoutMs !== undefined && deps.now() - started >= o.timeoutMs) {
       return report(
         'timeout',
@@ -379,11 +407,12 @@ export function registerWait(program: Command): void {
           unit: 'records',
           total: expected,
         });
+        const looks = new SelectionLooks(store, selection);
         const report = await waitForRecords(
           {
-            look: async () => {
+            look: async ({ full }) => {
               const [rows, pipeline, queueIdle, cancel] = await Promise.all([
-                selectedRows(store, selection),
+                looks.look(full),
                 control.readState(),
                 isQueueIdle(aws, queueUrl),
                 selection.kind === 'batch' ? cancels.get(selection.batchId) : undefined,

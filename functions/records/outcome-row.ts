@@ -7,6 +7,8 @@ export type OutcomeStatus = 'in_progress' | 'submitted' | 'failed' | 'rejected' 
 export interface OutcomeRow {
   record_key: string;
   batch_id?: string;
+  /** The batch index's partition key, `<batch_id>#<n>` (./batch-index.ts); set with batch_id. */
+  batch_shard?: string;
   status: OutcomeStatus;
   reason?: string;
   target_status?: number;
@@ -18,6 +20,8 @@ export interface OutcomeRow {
   solve_ms?: number;
   created_at?: string;
   updated_at?: string;
+  /** When the row was first written or last ended (ISO 8601): the batch index's sort key (./batch-index.ts). */
+  status_at?: string;
   lease_owner?: string;
   /** Epoch ms. */
   lease_expires_at?: number;

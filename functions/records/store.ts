@@ -9,6 +9,7 @@ import {
   type UpdateItemCommandOutput,
 } from '@aws-sdk/client-dynamodb';
 import { awsWaitMs } from '../common/aws-clients.js';
+import { BATCH_INDEX_NAME, type BatchIndexRow, batchShardOf, batchShardsOf } from './batch-index.js';
 import { type ClaimRequest, earlierReceiveCondition } from './claim-owner.js';
 import { FINAL_STATUSES } from './fields.js';
 import type { ClaimResult, FinalOutcome, OutcomeRow, WriteResult } from './outcome-row.js';
@@ -75,24 +76,8 @@ export function isFinalStatus(status: unknown): boolean {
   return typeof status === 'string' && FINISHED.has(status);
 }
 
-/**
- * The global secondary index that reads one batch's rows: partition batch_id, sort created_at,
- * projecting only BATCH_INDEX_ATTRIBUTES. Both choices are about write units: an index entry is
- * written again whenever a write changes its key or a projected attribute, and moved (a delete
- * and a put) when the sort key changes. With created_at (set once, by the first claim) as the
- * sort key and only status and reason projected, a record's entry is written twice (its claim
- * enters it, its final write changes the status), where a sort key of updated_at with every
- * attribute projected wrote it on every write of the row and moved it at the end: 2 index
- * write units per record instead of 5 (docs/design.md "Outcome row").
- */
-export const BATCH_INDEX_NAME = 'batch_id-created_at';
-/** The index's sort key: when the record's row was made; never changed after. */
-export const BATCH_INDEX_SORT_KEY = 'created_at';
-/** The attributes the batch index carries beside its keys (and record_key): what a waiter counts. */
-export const BATCH_INDEX_ATTRIBUTES = ['status', 'reason'] as const;
+export type { BatchIndexRow } from './batch-index.js';
 
-/** A row as the batch index holds it: its keys, status and reason (BATCH_INDEX_ATTRIBUTES). */
-export type BatchIndexRow = Pick<OutcomeRow, 'record_key' | 'batch_id' | 'created_at' | 'status' | 'reason'>;
 /** BatchGetItem takes at most 100 keys per call. */
 const BATCH_GET_KEYS = 100;
 
@@ -164,8 +149,10 @@ export class OutcomesStore {
         `(#status = :in_progress AND (lease_expires_at < :now OR lease_owner = :owner${earlier.condition}))`,
       UpdateExpression:
         'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
-        `updated_at = :iso, created_at = if_not_exists(created_at, :iso)${
-          claim.batchId === undefined ? '' : ', batch_id = if_not_exists(batch_id, :batch)'
+        `updated_at = :iso, status_at = if_not_exists(status_at, :iso), created_at = if_not_exists(created_at, :iso)${
+          claim.batchId === undefined
+            ? ''
+            : ', batch_id = if_not_exists(batch_id, :batch), batch_shard = if_not_exists(batch_shard, :shard)'
         } REMOVE reason, target_status, solve_ms, expect_rule`,
       ExpressionAttributeNames: { '#status': 'status' },
       ExpressionAttributeValues: {
@@ -176,7 +163,9 @@ export class OutcomesStore {
         ':expires': n(leaseExpiresAt),
         ':type': s(claim.captchaType),
         ':iso': s(new Date(now).toISOString()),
-        ...(claim.batchId === undefined ? {} : { ':batch': s(claim.batchId) }),
+        ...(claim.batchId === undefined
+          ? {}
+          : { ':batch': s(claim.batchId), ':shard': s(batchShardOf(claim.batchId, recordKey)) }),
         ...earlier.values,
       },
       // The row before the claim: its phase markers say what an earlier claim left behind.
@@ -206,7 +195,7 @@ export class OutcomesStore {
   /** The final write (or `stopped`), only while `owner` still holds the claim. */
   async finish(recordKey: string, owner: string, outcome: FinalOutcome): Promise<WriteResult> {
     const now = this.now();
-    const sets = ['#status = :status', 'reason = :reason', 'updated_at = :iso'];
+    const sets = ['#status = :status', 'reason = :reason', 'updated_at = :iso', 'status_at = :iso'];
     const values: Record<string, AttributeValue> = {
       ':status': s(outcome.status),
       ':reason': s(outcome.reason),
@@ -371,40 +360,48 @@ export class OutcomesStore {
     const iso = new Date(this.now()).toISOString();
     return this.conditionalUpdate(recordKey, {
       ConditionExpression: 'attribute_not_exists(record_key)',
-      UpdateExpression: `SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso${
-        batchId === undefined ? '' : ', batch_id = :batch'
+      UpdateExpression: `SET #status = :status, reason = :reason, attempts = :zero, created_at = :iso, updated_at = :iso, status_at = :iso${
+        batchId === undefined ? '' : ', batch_id = :batch, batch_shard = :shard'
       }`,
       ExpressionAttributeValues: {
         ':status': s('rejected'),
         ':reason': s(reason),
         ':zero': n(0),
         ':iso': s(iso),
-        ...(batchId === undefined ? {} : { ':batch': s(batchId) }),
+        ...(batchId === undefined
+          ? {}
+          : { ':batch': s(batchId), ':shard': s(batchShardOf(batchId, recordKey)) }),
       },
     });
   }
 
   /**
-   * One batch's rows as the batch index holds them (record_key, batch_id, created_at, status,
-   * reason: enough to count them), in the order their records were first claimed: a Query on
-   * the index, page by page (no scan). The index is eventually consistent: a row written a
-   * moment ago may show its previous status, which is why waiters poll. For whole rows, see
-   * batchFullRows.
+   * One batch's rows as the batch index holds them (BatchIndexRow: enough to count them), shard by
+   * shard, each in the order its rows' statuses were written: a Query per shard (no scan). With
+   * `since` (ISO), only the rows whose status was written at or after it (a waiter's later looks).
+   * The index is eventually consistent: a row written a moment ago may show its previous status,
+   * which is why waiters poll. An entry whose batch_id is not this batch (a row of an older build
+   * claimed under another batch before the backfill) is left out. For whole rows, see batchFullRows.
    */
-  async *batchRows(batchId: string): AsyncGenerator<BatchIndexRow> {
-    const pages = paginateQuery(
-      { client: this.options.client },
-      {
-        TableName: this.options.tableName,
-        IndexName: BATCH_INDEX_NAME,
-        KeyConditionExpression: 'batch_id = :batch',
-        ExpressionAttributeValues: { ':batch': s(batchId) },
-      },
-    );
-    for await (const page of pages) {
-      for (const item of page.Items ?? []) {
-        const row = rowFrom(item);
-        if (row) yield row;
+  async *batchRows(batchId: string, since?: string): AsyncGenerator<BatchIndexRow> {
+    for (const shard of batchShardsOf(batchId)) {
+      const pages = paginateQuery(
+        { client: this.options.client },
+        {
+          TableName: this.options.tableName,
+          IndexName: BATCH_INDEX_NAME,
+          KeyConditionExpression: `batch_shard = :shard${since === undefined ? '' : ' AND status_at >= :since'}`,
+          ExpressionAttributeValues: {
+            ':shard': s(shard),
+            ...(since === undefined ? {} : { ':since': s(since) }),
+          },
+        },
+      );
+      for await (const page of pages) {
+        for (const item of page.Items ?? []) {
+          const row = rowFrom(item);
+          if (row && row.batch_id === batchId) yield row;
+        }
       }
     }
   }

@@ -4,8 +4,9 @@ import { Construct } from 'constructs';
 import {
   BATCH_INDEX_ATTRIBUTES,
   BATCH_INDEX_NAME,
+  BATCH_INDEX_PARTITION_KEY,
   BATCH_INDEX_SORT_KEY,
-} from '../../functions/records/store.js';
+} from '../../functions/records/batch-index.js';
 
 export interface OutcomesTableProps {
   /** @default RemovalPolicy.RETAIN — outcomes are the record of what was submitted. */
@@ -27,9 +28,10 @@ export const PREVIOUS_BATCH_INDEX_NAME = 'batch_id-updated_at';
 
 /**
  * One outcome row per `record_key` (see docs/design.md "Outcome row"); on-demand, with point-in-time recovery. The batch index
- * (batch_id + created_at, projecting status and reason) reads one batch's rows without a scan;
- * rows without a batch_id are not in it. Its key and projection keep a record's index writes to
- * two (functions/records/store.ts BATCH_INDEX_NAME).
+ * (batch_shard + status_at, projecting batch_id, status and reason) reads one batch's rows, shard
+ * by shard, without a scan; rows without a batch_id are not in it. Its partition key spreads one
+ * batch over 16 partitions, its sort key lets a waiter read only what changed
+ * (functions/records/batch-index.ts).
  */
 export class OutcomesTable extends Construct {
   readonly table: dynamodb.Table;
@@ -46,7 +48,7 @@ export class OutcomesTable extends Construct {
     });
     this.table.addGlobalSecondaryIndex({
       indexName: BATCH_INDEX_NAME,
-      partitionKey: { name: 'batch_id', type: dynamodb.AttributeType.STRING },
+      partitionKey: { name: BATCH_INDEX_PARTITION_KEY, type: dynamodb.AttributeType.STRING },
       sortKey: { name: BATCH_INDEX_SORT_KEY, type: dynamodb.AttributeType.STRING },
       projectionType: dynamodb.ProjectionType.INCLUDE,
       nonKeyAttributes: [...BATCH_INDEX_ATTRIBUTES],

@@ -8,6 +8,7 @@ batch by the rules of `threadgate wait`, and read its outcomes. Needs only boto3
 """
 
 from .outcomes import (
+    BATCH_SHARDS,
     EXIT_BAD_TASK,
     EXIT_CANCELLED,
     EXIT_OK,
@@ -16,6 +17,7 @@ from .outcomes import (
     FORM_REFUSALS,
     WaitResult,
     batch_outcomes,
+    batch_shard_number,
     cancel,
     cancelled,
     form_refusals,
@@ -30,8 +32,8 @@ from .send import Refusal, SendResult, send
 __version__ = "0.1.0"
 
 __all__ = [
-    "EXIT_BAD_TASK", "EXIT_CANCELLED", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "FORM_REFUSALS", "Refusal",
-    "SCHEMA", "SendResult", "WaitResult", "batch_outcomes", "cancel", "cancelled", "form_refusals", "key_outcomes",
+    "BATCH_SHARDS", "EXIT_BAD_TASK", "EXIT_CANCELLED", "EXIT_OK", "EXIT_STOP", "EXIT_TRANSIENT", "FORM_REFUSALS", "Refusal",
+    "SCHEMA", "SendResult", "WaitResult", "batch_outcomes", "batch_shard_number", "cancel", "cancelled", "form_refusals", "key_outcomes",
     "send", "stack_outputs", "validate", "wait",
     "__version__",
 ]

@@ -7,9 +7,13 @@ from typing import Dict, List, Optional
 
 from . import _aws
 
-#: The outcomes table's index on batch_id + created_at; it holds each row's status and reason
-#: (what a wait counts), so the whole rows of a batch are read by key.
-BATCH_INDEX = "batch_id-created_at"
+#: The outcomes table's batch index (functions/records/batch-index.ts): partition batch_shard,
+#: "<batch_id>#<n>" with n = FNV-1a 32 of the record key's UTF-8 bytes mod BATCH_SHARDS, sort
+#: status_at; it holds each row's batch_id, status and reason (what a wait counts), so the whole
+#: rows of a batch are read by key.
+BATCH_INDEX = "batch_shard-status_at"
+#: Index partitions one batch is spread over; a reader queries every one.
+BATCH_SHARDS = 16
 #: Statuses after which a record is done: final rows, and `stopped` (its message is in the DLQ).
 ENDED = ("submitted", "failed", "rejected", "cancelled", "stopped")
 #: `threadgate wait`'s exit codes.
@@ -49,30 +53,44 @@ def stack_outputs(stack_name: str = "Threadgate", *, cloudformation=None) -> Dic
 
 def batch_outcomes(table_name: str, batch_id: str, *, dynamodb=None) -> List[dict]:
     """Every outcome row of one batch, whole: its keys by a Query on the batch index (no scan),
-    then the rows by key (key_outcomes), in the order the records were first claimed. Never a token."""
+    then the rows by key (key_outcomes), shard by shard. Never a token."""
     index_rows = _batch_index_rows(table_name, batch_id, dynamodb=dynamodb)
     rows = key_outcomes(table_name, [r["record_key"] for r in index_rows], dynamodb=dynamodb)
     return [rows[r["record_key"]] for r in index_rows if r["record_key"] in rows]
 
 
+def batch_shard_number(record_key: str, shards: int = BATCH_SHARDS) -> int:
+    """The batch index shard of a record key: FNV-1a (32 bits) of its UTF-8 bytes, mod shards."""
+    value = 0x811C9DC5
+    for byte in record_key.encode("utf-8"):
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value % shards
+
+
 def _batch_index_rows(table_name: str, batch_id: str, *, dynamodb=None) -> List[dict]:
-    """One batch's rows as the batch index holds them: record_key, batch_id, created_at, status, reason."""
+    """One batch's rows as the batch index holds them (record_key, batch_shard, status_at, batch_id,
+    status, reason), shard by shard: one Query per shard, page by page."""
     client = _client("dynamodb", dynamodb)
-    rows, start = [], None
-    while True:
-        kwargs = {
-            "TableName": table_name,
-            "IndexName": BATCH_INDEX,
-            "KeyConditionExpression": "batch_id = :b",
-            "ExpressionAttributeValues": {":b": {"S": batch_id}},
-        }
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        page = client.query(**kwargs)
-        rows.extend(_plain(item) for item in page.get("Items", []))
-        start = page.get("LastEvaluatedKey")
-        if not start:
-            return rows
+    rows: Dict[str, dict] = {}
+    for shard in range(BATCH_SHARDS):
+        start = None
+        while True:
+            kwargs = {
+                "TableName": table_name,
+                "IndexName": BATCH_INDEX,
+                "KeyConditionExpression": "batch_shard = :s",
+                "ExpressionAttributeValues": {":s": {"S": f"{batch_id}#{shard}"}},
+            }
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            page = client.query(**kwargs)
+            for item in page.get("Items", []):
+                row = _plain(item)
+                rows.setdefault(row["record_key"], row)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                break
+    return list(rows.values())
 
 
 def key_outcomes(table_name: str, record_keys, *, dynamodb=None, sleep=time.sleep) -> Dict[str, dict]:

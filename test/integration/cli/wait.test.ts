@@ -20,9 +20,12 @@ import {
   waitForRecords,
 } from '../../../cli/commands/wait.js';
 import { type DlqReaderSqs, NO_DLQ_MESSAGES, readDlq } from '../../../cli/dlq-read.js';
+import { SelectionLooks } from '../../../cli/record-selection.js';
+import { BATCH_INDEX_NAME } from '../../../functions/records/batch-index.js';
 import { BatchCancels } from '../../../functions/records/cancellations.js';
-import type { OutcomeRow } from '../../../functions/records/store.js';
-import { type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
+import { type OutcomeRow, OutcomesStore } from '../../../functions/records/store.js';
+import { awsUsage, resetAwsUsage } from '../../../local/emulator/usage.js';
+import { asStored, type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
 
 let stack: CliStack;
 let documents: DynamoDBDocumentClient;
@@ -58,7 +61,9 @@ async function putRows(
   }));
   await documents.send(
     new BatchWriteCommand({
-      RequestItems: { [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item } })) },
+      RequestItems: {
+        [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item: asStored(Item) } })),
+      },
     }),
   );
   return rows.map((r) => r.record_key);
@@ -67,7 +72,9 @@ async function putRows(
 /** Writes one row as it stands. */
 async function putRow(Item: Record<string, unknown>): Promise<void> {
   await documents.send(
-    new BatchWriteCommand({ RequestItems: { [stack.outputs.TableName!]: [{ PutRequest: { Item } }] } }),
+    new BatchWriteCommand({
+      RequestItems: { [stack.outputs.TableName!]: [{ PutRequest: { Item: asStored(Item) } }] },
+    }),
   );
 }
 
@@ -174,7 +181,9 @@ describe('threadgate wait', () => {
     }));
     await documents.send(
       new BatchWriteCommand({
-        RequestItems: { [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item } })) },
+        RequestItems: {
+          [stack.outputs.TableName!]: rows.map((Item) => ({ PutRequest: { Item: asStored(Item) } })),
+        },
       }),
     );
     // Act
@@ -441,6 +450,40 @@ describe('wait tally', () => {
   });
 });
 
+describe('wait looks', () => {
+  it('confirms an end a look that read only what changed found with a full look, and goes on when that one disagrees', async () => {
+    // Prepare: the incremental look says both ended; the full look still finds one in progress
+    const row = (key: string, status: string) => ({ record_key: key, batch_id: 'b', status }) as OutcomeRow;
+    const answers = [
+      { full: true, rows: [row('a', 'in_progress'), row('b', 'in_progress')] },
+      { full: false, rows: [row('a', 'submitted'), row('b', 'submitted')] },
+      { full: true, rows: [row('a', 'submitted'), row('b', 'in_progress')] },
+      { full: false, rows: [row('a', 'submitted'), row('b', 'submitted')] },
+      { full: true, rows: [row('a', 'submitted'), row('b', 'submitted')] },
+    ];
+    const asked: boolean[] = [];
+    const deps: WaitDeps = {
+      look: async ({ full }) => {
+        asked.push(full);
+        const answer = answers[asked.length - 1]!;
+        return { rows: answer.rows, pipeline: { paused: false }, queueIdle: false };
+      },
+      dlq: async () => NO_DLQ_MESSAGES,
+      now: () => 0,
+      sleep: async () => {},
+    };
+    // Act
+    const report = await waitForRecords(deps, {
+      selection: { kind: 'batch', batchId: 'b' },
+      expected: 2,
+      intervalMs: 2_000,
+    });
+    // Assess
+    expect(asked).toEqual(answers.map((a) => a.full));
+    expect(report).toMatchObject({ end: 'done', exit_code: 0, ended: 2 });
+  });
+});
+
 describe('threadgate wait on a cancelled batch', () => {
   it('exits 5 once none of the batch’s records is in progress, with the cancel in the report; cancelled rows count as ended', async () => {
     // Prepare: 2 of 4 ended (one cancelled), one still at CaptchaAI, one never reached yet
@@ -499,7 +542,7 @@ describe('threadgate wait on a cancelled batch', () => {
     // Act: the wait starts; 2 s later the stale worker claims the record, and posts it 2 s after that.
     const running = wait(['--batch', batch, '--expect', '2', '--json']);
     const put = (status: string) =>
-      // created_at is the batch index's sort key: the claim writes it, the final write keeps it.
+      // status_at (the batch index's sort key) follows updated_at here: the claim, then the final write.
       putRow({
         record_key: late,
         batch_id: batch,
@@ -550,8 +593,10 @@ describe('threadgate wait on a cancelled batch', () => {
     });
     // Assess
     expect(report).toMatchObject({ end: 'cancelled', exit_code: 5, pending: 2 });
-    expect(looks.at(-1)).toBeGreaterThanOrEqual(cancelledAt + 10_000);
-    expect(looks.slice(0, -1).every((t) => t < cancelledAt + 10_000)).toBe(true);
+    // The look that found the end and the full look that confirmed it at once
+    expect(looks.at(-2)).toBeGreaterThanOrEqual(cancelledAt + 10_000);
+    expect(looks.at(-1)).toBe(looks.at(-2));
+    expect(looks.slice(0, -2).every((t) => t < cancelledAt + 10_000)).toBe(true);
   });
 
   it('ends a --keys wait whose records all ended, one cancelled, with exit 5', () => {
@@ -569,4 +614,75 @@ describe('threadgate wait on a cancelled batch', () => {
     expect(doneExitCode({ cancelled: 1, stopped: 1 })).toBe(3);
     expect(doneExitCode({ cancelled: 1, failed: 1 })).toBe(5);
   });
+});
+
+/**
+ * What a look of `threadgate wait --batch` reads, in the read units the moto launcher bills for
+ * it (local/emulator/usage.py) and in index entries: a later look reads what changed since the
+ * last, not the whole batch.
+ */
+describe('threadgate wait --batch look reads', () => {
+  it('reads only the rows that ended since its last look: 3 of 3,000 cost a small part of a full look', async () => {
+    // Prepare: 3,000 records of one batch in progress since a minute ago; a first (full) look
+    const batch = 'big-batch';
+    const claimedAt = new Date(Date.now() - 60_000).toISOString();
+    const rows = Array.from({ length: 3_000 }, (_, i) => ({
+      record_key: `${batch}-${i}`,
+      batch_id: batch,
+      status: 'in_progress',
+      created_at: claimedAt,
+      updated_at: claimedAt,
+    }));
+    for (let i = 0; i < rows.length; i += 25) {
+      await documents.send(
+        new BatchWriteCommand({
+          RequestItems: {
+            [stack.outputs.TableName!]: rows
+              .slice(i, i + 25)
+              .map((r) => ({ PutRequest: { Item: asStored(r) } })),
+          },
+        }),
+      );
+    }
+    const index = `${stack.outputs.TableName}/${BATCH_INDEX_NAME}`;
+    let entries = 0;
+    // Counts the index entries the looks read (what each look pays for, item by item)
+    class CountingStore extends OutcomesStore {
+      override async *batchRows(batchId: string, since?: string) {
+        for await (const row of super.batchRows(batchId, since)) {
+          entries += 1;
+          yield row;
+        }
+      }
+    }
+    const store = new CountingStore({
+      client: new DynamoDBClient(stack.clientConfig),
+      tableName: stack.outputs.TableName!,
+    });
+    const looks = new SelectionLooks(store, { kind: 'batch', batchId: batch });
+    const readUnits = async () =>
+      (await awsUsage(stack.moto.endpoint)).calls
+        .filter((c) => c.operation === 'Query' && c.resource === index)
+        .reduce((sum, c) => sum + c.read_units, 0);
+    await resetAwsUsage(stack.moto.endpoint);
+    expect(await looks.look(true)).toHaveLength(3_000);
+    const full = { units: await readUnits(), entries };
+    // Act: 3 records end; the next look
+    const endedAt = new Date().toISOString();
+    for (const r of rows.slice(0, 3)) {
+      await putRow({ ...r, status: 'submitted', reason: 'OK', updated_at: endedAt });
+    }
+    await resetAwsUsage(stack.moto.endpoint);
+    entries = 0;
+    const seen = await looks.look(false);
+    const later = { units: await readUnits(), entries };
+    // Assess: the look sees the 3 ended and the 2,997 in progress, reading 3 entries and one
+    // page per shard (16 × 0.5 units), where the full look read every entry (47 units measured)
+    expect(seen.filter((r) => r.status === 'submitted')).toHaveLength(3);
+    expect(seen.filter((r) => r.status === 'in_progress')).toHaveLength(2_997);
+    expect(later.entries).toBe(3);
+    expect(later.units).toBe(8);
+    expect(full.entries).toBe(3_000);
+    expect(later.units).toBeLessThan(full.units / 4);
+  }, 120_000);
 });

@@ -15,7 +15,7 @@ import { paginateQuery } from '@aws-sdk/lib-dynamodb';
 import { App } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BATCH_INDEX_NAME } from '../../../functions/records/store.js';
+import { BATCH_INDEX_NAME, batchShardsOf } from '../../../functions/records/batch-index.js';
 import { PACKAGE_ROOT, VERSION } from '../../../infra/package-root.js';
 import { ThreadgateStack } from '../../../infra/threadgate-stack.js';
 import type { LocalStack } from '../../../local/stack/local-stack.js';
@@ -371,16 +371,18 @@ print(json.dumps({"version": tg.__version__, "file": tg.__file__,
     expect(out.byKey).toEqual(keys); // the refused record never reached the queue
     // The counts wait() gives are the table's, and the exit code follows them.
     const table: Record<string, number> = {};
-    for await (const page of paginateQuery(
-      { client: stack.documents },
-      {
-        TableName: stack.outputs.TableName,
-        IndexName: BATCH_INDEX_NAME,
-        KeyConditionExpression: 'batch_id = :b',
-        ExpressionAttributeValues: { ':b': batch },
-      },
-    )) {
-      for (const row of page.Items ?? []) table[row.status] = (table[row.status] ?? 0) + 1;
+    for (const shard of batchShardsOf(batch)) {
+      for await (const page of paginateQuery(
+        { client: stack.documents },
+        {
+          TableName: stack.outputs.TableName,
+          IndexName: BATCH_INDEX_NAME,
+          KeyConditionExpression: 'batch_shard = :b',
+          ExpressionAttributeValues: { ':b': shard },
+        },
+      )) {
+        for (const row of page.Items ?? []) table[row.status] = (table[row.status] ?? 0) + 1;
+      }
     }
     expect(out.counts).toEqual(table);
     expect(out.end).toBe('done');

@@ -137,20 +137,20 @@ describe('ThreadgateStack with default settings', () => {
     });
   });
 
-  it('indexes outcome rows by batch_id and created_at, with only status and reason, so a batch is read without a scan', () => {
+  it('indexes outcome rows by batch shard and status time, with only batch_id, status and reason, so one batch spreads over 16 partitions and a waiter reads what changed', () => {
     template.hasResourceProperties('AWS::DynamoDB::Table', {
       AttributeDefinitions: Match.arrayWith([
-        { AttributeName: 'batch_id', AttributeType: 'S' },
-        { AttributeName: 'created_at', AttributeType: 'S' },
+        { AttributeName: 'batch_shard', AttributeType: 'S' },
+        { AttributeName: 'status_at', AttributeType: 'S' },
       ]),
       GlobalSecondaryIndexes: [
         {
-          IndexName: 'batch_id-created_at',
+          IndexName: 'batch_shard-status_at',
           KeySchema: [
-            { AttributeName: 'batch_id', KeyType: 'HASH' },
-            { AttributeName: 'created_at', KeyType: 'RANGE' },
+            { AttributeName: 'batch_shard', KeyType: 'HASH' },
+            { AttributeName: 'status_at', KeyType: 'RANGE' },
           ],
-          Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['status', 'reason'] },
+          Projection: { ProjectionType: 'INCLUDE', NonKeyAttributes: ['batch_id', 'status', 'reason'] },
         },
       ],
     });
@@ -172,7 +172,10 @@ describe('ThreadgateStack with default settings', () => {
     );
     // Assess: the 0.1.0 index unchanged (not recreated), the new one added
     expect(names).toEqual([
-      ['batch_id-created_at', { ProjectionType: 'INCLUDE', NonKeyAttributes: ['status', 'reason'] }],
+      [
+        'batch_shard-status_at',
+        { ProjectionType: 'INCLUDE', NonKeyAttributes: ['batch_id', 'status', 'reason'] },
+      ],
       ['batch_id-updated_at', { ProjectionType: 'ALL' }],
     ]);
   });

@@ -103,7 +103,7 @@ describe('Threadgate construct in a consumer stack', () => {
     gate.grantConsumeOutcomeStream(role);
     const grants = grantsOf(stack);
     for (const a of ['dynamodb:Query', 'dynamodb:GetItem', 'dynamodb:BatchGetItem', 'dynamodb:Scan']) {
-      expect(grants.get(a)).toContain('/index/batch_id-created_at');
+      expect(grants.get(a)).toContain('/index/batch_shard-status_at');
     }
     expect(grants.get('sqs:ReceiveMessage')).toContain(
       stack.getLogicalId(gate.outcomesQueue!.node.defaultChild as never),
@@ -131,7 +131,7 @@ describe('Threadgate construct in a consumer stack', () => {
       stack.getLogicalId(gate.parts.pipelineState.parameter.node.defaultChild as never),
     );
     expect(grants.get('cloudformation:DescribeStacks')).toBe('{"Ref":"AWS::StackId"}');
-    expect(grants.get('dynamodb:Query')).toContain('/index/batch_id-created_at');
+    expect(grants.get('dynamodb:Query')).toContain('/index/batch_shard-status_at');
   });
 
   it('grants an operator what status, pause, resume and redrive call, and no wildcard resource', () => {

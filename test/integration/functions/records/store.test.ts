@@ -7,6 +7,7 @@ import {
 import { mockClient } from 'aws-sdk-client-mock';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClientOptions } from '../../../../functions/common/aws-clients.js';
+import { BATCH_SHARDS, batchShardOf } from '../../../../functions/records/batch-index.js';
 import { claimOwner } from '../../../../functions/records/claim-owner.js';
 import { decidePriorPhase } from '../../../../functions/records/decisions.js';
 import { OutcomesStore, WRITE_TRIES } from '../../../../functions/records/store.js';
@@ -481,6 +482,29 @@ describe('outcomes store (moto DynamoDB)', () => {
     expect(rows.every((r) => r.batch_id === batch)).toBe(true);
   });
 
+  it('spreads one batch over the index shards by record key, and reads only the rows that ended since a time', async () => {
+    // Prepare: 48 records of one batch claimed, then 3 of them end a minute later
+    const batch = `batch-${key()}`;
+    const keys = Array.from({ length: 48 }, () => key());
+    for (const k of keys) await store.claim(k, { owner: 'w-s', ...lease, batchId: batch });
+    clock += 60_000;
+    const since = new Date(clock).toISOString();
+    for (const k of keys.slice(0, 3)) {
+      await store.finish(k, 'w-s', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
+    }
+    // Act
+    const all = [];
+    for await (const row of store.batchRows(batch)) all.push(row);
+    const changed = [];
+    for await (const row of store.batchRows(batch, since)) changed.push(row);
+    // Assess: each row under its own shard, more than one shard used; only the ended rows since
+    expect(all).toHaveLength(48);
+    for (const row of all) expect(row.batch_shard).toBe(batchShardOf(batch, row.record_key));
+    expect(new Set(all.map((r) => r.batch_shard)).size).toBeGreaterThan(8);
+    expect(changed.map((r) => r.record_key).sort()).toEqual(keys.slice(0, 3).sort());
+    expect(changed.every((r) => r.status === 'submitted' && r.status_at === since)).toBe(true);
+  });
+
   it('reads a batch with Query on the batch index and keys with BatchGetItem, never a Scan', async () => {
     // Prepare: a client that records every command it sends to moto (SDK middleware, so the
     // SDK's paginators accept it as a real client)
@@ -507,7 +531,10 @@ describe('outcomes store (moto DynamoDB)', () => {
     // Assess
     expect(rows).toHaveLength(1);
     expect(sent).toEqual([
-      { name: 'QueryCommand', index: 'batch_id-created_at' },
+      ...Array.from({ length: BATCH_SHARDS }, () => ({
+        name: 'QueryCommand',
+        index: 'batch_shard-status_at',
+      })),
       { name: 'BatchGetItemCommand', index: undefined },
     ]);
   });
@@ -572,7 +599,7 @@ describe('outcomes store write units (moto launcher usage counts)', () => {
     };
   }
 
-  it('writes a record of a batch in 4 table units and 2 index units: its claim enters the index, its final write changes it', async () => {
+  it('writes a record of a batch in 4 table units and 3 index units: its claim enters the index, its final write moves it to its end time', async () => {
     // Prepare
     const k = key();
     const owner = 'w-units';
@@ -585,7 +612,7 @@ describe('outcomes store write units (moto launcher usage counts)', () => {
       await store.finish(k, owner, { status: 'submitted', reason: 'OK', targetStatus: 200, solveMs: 20_000 });
     });
     // Assess
-    expect(units).toEqual({ requests: 4, table: 4, index: 2 });
+    expect(units).toEqual({ requests: 4, table: 4, index: 3 });
     expect(await store.get(k)).toMatchObject({ status: 'submitted', task_id: 't-1', attempts: 1 });
   });
 
@@ -605,17 +632,18 @@ describe('outcomes store write units (moto launcher usage counts)', () => {
         attempts: 1,
       });
     });
-    // Assess: only the final write's new status reaches the index
-    expect(units).toEqual({ requests: 3, table: 3, index: 1 });
+    // Assess: only the final write reaches the index (it moves the entry to its end time)
+    expect(units).toEqual({ requests: 3, table: 3, index: 2 });
   });
 
-  it('keeps only status and reason in the batch index, and reads whole rows of a batch by key in the index order', async () => {
+  it('keeps only batch_id, status and reason in the batch index, and reads whole rows of a batch by key in the index order', async () => {
     // Prepare
     const batch = `batch-${key()}`;
     const [first, second] = [key(), key()];
     await store.claim(first, { owner: 'w-a', ...lease, batchId: batch });
     clock += 1_000;
     await store.claim(second, { owner: 'w-a', ...lease, batchId: batch });
+    clock += 1_000;
     await store.finish(second, 'w-a', {
       status: 'failed',
       reason: 'FORM_REJECTED',
@@ -626,111 +654,40 @@ describe('outcomes store write units (moto launcher usage counts)', () => {
     const indexed = [];
     for await (const row of store.batchRows(batch)) indexed.push(row);
     const whole = await store.batchFullRows(batch);
-    // Assess
-    expect(indexed).toEqual([
-      {
-        record_key: first,
-        batch_id: batch,
-        created_at: new Date(clock - 1_000).toISOString(),
-        status: 'in_progress',
-      },
-      {
-        record_key: second,
-        batch_id: batch,
-        created_at: new Date(clock).toISOString(),
-        status: 'failed',
-        reason: 'FORM_REJECTED',
-      },
-    ]);
-    expect(whole.map((r) => r.record_key)).toEqual([first, second]);
-    expect(whole[0]).toMatchObject({
+    // Assess: status_at is the claim's time, then the final write's
+    const byKey = (a: { record_key: string }, b: { record_key: string }) =>
+      a.record_key.localeCompare(b.record_key);
+    expect([...indexed].sort(byKey)).toEqual(
+      [
+        {
+          record_key: first,
+          batch_id: batch,
+          batch_shard: batchShardOf(batch, first),
+          status_at: new Date(clock - 2_000).toISOString(),
+          status: 'in_progress',
+        },
+        {
+          record_key: second,
+          batch_id: batch,
+          batch_shard: batchShardOf(batch, second),
+          status_at: new Date(clock).toISOString(),
+          status: 'failed',
+          reason: 'FORM_REJECTED',
+        },
+      ].sort(byKey),
+    );
+    expect(whole.map((r) => r.record_key)).toEqual(indexed.map((r) => r.record_key));
+    const [wholeFirst, wholeSecond] = whole[0]?.record_key === first ? whole : [whole[1], whole[0]];
+    expect(wholeFirst).toMatchObject({
       status: 'in_progress',
       lease_owner: 'w-a',
       captcha_type: 'recaptcha_v2',
     });
-    expect(whole[1]).toMatchObject({
+    expect(wholeSecond).toMatchObject({
       status: 'failed',
       expect_rule: 'status',
       attempts: 1,
       updated_at: expect.any(String),
-    });
-  });
-});
-
-describe('outcomes store when a conditional failure carries no item (DynamoDB Local)', () => {
-  it('reads the row consistently and reports a finished record as finished', async () => {
-    // Prepare
-    const gets: Record<string, unknown>[] = [];
-    const bare = new OutcomesStore({ client: clientWithoutConditionItem(gets), tableName, now: () => clock });
-    const k = key();
-    await bare.claim(k, { owner: 'a', ...lease });
-    await bare.finish(k, 'a', { status: 'submitted', reason: 'OK', targetStatus: 200, attempts: 1 });
-    gets.length = 0;
-    // Act
-    const second = await bare.claim(k, { owner: 'b', ...lease });
-    // Assess
-    expect(second).toMatchObject({ claimed: false, why: 'finished', row: { status: 'submitted' } });
-    expect(gets).toEqual([{ TableName: tableName, Key: { record_key: { S: k } }, ConsistentRead: true }]);
-  });
-
-  it('reads the row and reports a live lease as leased, naming its owner', async () => {
-    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
-    const k = key();
-    await bare.claim(k, { owner: 'a', ...lease });
-    expect(await bare.claim(k, { owner: 'b', ...lease })).toMatchObject({
-      claimed: false,
-      why: 'leased',
-      row: { status: 'in_progress', lease_owner: 'a' },
-    });
-  });
-
-  it('reads the row for a refused finish, so the caller learns who holds the record', async () => {
-    const bare = new OutcomesStore({ client: clientWithoutConditionItem([]), tableName, now: () => clock });
-    const k = key();
-    await bare.claim(k, { owner: 'a', ...lease });
-    clock += 60_001;
-    await bare.claim(k, { owner: 'b', ...lease });
-    expect(await bare.finish(k, 'a', { status: 'submitted', reason: 'OK' })).toMatchObject({
-      written: false,
-      row: { lease_owner: 'b' },
-    });
-  });
-});
-
-describe('outcomes store claim fallback (fake DynamoDB)', () => {
-  const failure = () =>
-    new ConditionalCheckFailedException({ message: 'The conditional request failed', $metadata: {} });
-
-  it('uses the item in the error and makes no extra read when DynamoDB returns it', async () => {
-    // Prepare
-    const ddb = new DynamoDBClient({ region: 'us-east-1' });
-    const fake = mockClient(ddb);
-    const err = failure();
-    err.Item = { record_key: { S: 'r1' }, status: { S: 'failed' } };
-    fake.on(UpdateItemCommand).rejects(err);
-    const store = new OutcomesStore({ client: ddb, tableName: 't' });
-    // Act
-    const result = await store.claim('r1', { owner: 'a', ...lease });
-    // Assess
-    expect(result).toMatchObject({ claimed: false, why: 'finished', row: { status: 'failed' } });
-    expect(fake.commandCalls(GetItemCommand)).toHaveLength(0);
-  });
-
-  it('reports leased when the error has no item and the row is gone by the time it is read', async () => {
-    // Prepare: the row was deleted between the failed check and the read (TTL, an operator).
-    const ddb = new DynamoDBClient({ region: 'us-east-1' });
-    const fake = mockClient(ddb);
-    fake.on(UpdateItemCommand).rejects(failure());
-    fake.on(GetItemCommand).resolves({});
-    const store = new OutcomesStore({ client: ddb, tableName: 't' });
-    // Act
-    const result = await store.claim('r2', { owner: 'a', ...lease });
-    // Assess: a retry will claim it; calling it finished would drop the record.
-    expect(result).toEqual({ claimed: false, why: 'leased', row: undefined });
-    expect(fake.commandCalls(GetItemCommand)[0]?.args[0].input).toEqual({
-      TableName: 't',
-      Key: { record_key: { S: 'r2' } },
-      ConsistentRead: true,
     });
   });
 });

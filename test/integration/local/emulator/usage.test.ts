@@ -12,7 +12,7 @@ import {
   SQSClient,
 } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { BATCH_INDEX_NAME } from '../../../../functions/records/store.js';
+import { BATCH_INDEX_NAME } from '../../../../functions/records/batch-index.js';
 import type { MotoServer } from '../../../../local/emulator/moto.js';
 import {
   type AwsUsageRow,
@@ -77,7 +77,8 @@ describe('moto launcher usage counts', () => {
         Item: {
           record_key: { S: 'b' },
           batch_id: { S: 'batch-1' },
-          created_at: { S: '2026-12-03T12:00:00Z' },
+          batch_shard: { S: 'batch-1#0' },
+          status_at: { S: '2026-12-03T12:00:00Z' },
         },
       }),
     );
@@ -108,11 +109,11 @@ describe('moto launcher usage counts', () => {
   });
 
   it('moves an index entry with two index writes when its key changes', async () => {
-    const put = (createdAt: string) =>
+    const put = (statusAt: string) =>
       harness.send(
         new PutItemCommand({
           TableName: TABLE,
-          Item: { record_key: { S: 'd' }, batch_id: { S: 'b' }, created_at: { S: createdAt } },
+          Item: { record_key: { S: 'd' }, batch_shard: { S: 'b#0' }, status_at: { S: statusAt } },
         }),
       );
     await put('1');
@@ -131,8 +132,8 @@ describe('moto launcher usage counts', () => {
       new QueryCommand({
         TableName: TABLE,
         IndexName: BATCH_INDEX_NAME,
-        KeyConditionExpression: 'batch_id = :b',
-        ExpressionAttributeValues: { ':b': { S: 'batch-1' } },
+        KeyConditionExpression: 'batch_shard = :b',
+        ExpressionAttributeValues: { ':b': { S: 'batch-1#0' } },
       }),
     );
     expect(sum(await rows('GetItem'), (r) => r.read_units)).toBe(1.5);
