@@ -85,8 +85,11 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  */
 export type RecordDecision =
   | { action: 'reject'; recordKey: string; reason: string }
-  /** `release`: a claim of this delivery is released first (nothing of it was sent). */
-  | { action: 'dlq'; errorCode: string; reason: string; release?: boolean }
+  /**
+   * `release`: a claim of this delivery is released first; `cooldownMs`: the slot is held that
+   * long before (a CaptchaAI task of it may still hold a thread).
+   */
+  | { action: 'dlq'; errorCode: string; reason: string; release?: boolean; cooldownMs?: number }
   /**
    * Stop-class: pause, then record. `taskId`: the task the stop came at (res.php), if any;
    * `lastReceive`: the message will not be received again before SQS redrives it.
@@ -411,20 +414,19 @@ export function decidePauseFailed(
  * once; when one does, the lane first keeps its slot for `taskMustEndMs` (the task's deadline
  * plus the cool-down: that task may still hold a thread until then), and the claim goes after,
  * so the redelivery (after the resume) is worked at once instead of waiting out the whole lease.
- * On the last allowed receive it is recorded as any stop is, so SQS never moves it without its
- * reason.
+ * On the last allowed receive it ends in the DLQ with that reason (after the same hold), so SQS
+ * never moves it without one; it is not recorded `stopped`: the stop was another record's.
  */
 export function decideStopMetElsewhere(
   stop: Extract<RecordDecision, { action: 'stop' }>,
   taskMustEndMs: number,
-): Extract<RecordDecision, { action: 'retry' | 'stop' }> {
-  if (stop.lastReceive) return stop;
-  return {
-    action: 'retry',
-    release: true,
-    reason: REASON.STOPPED_BY_ANOTHER_LANE,
-    ...(stop.taskId === undefined ? {} : { cooldownMs: taskMustEndMs }),
-  };
+): Extract<RecordDecision, { action: 'retry' | 'dlq' }> {
+  const hold = stop.taskId === undefined ? {} : { cooldownMs: taskMustEndMs };
+  if (stop.lastReceive) {
+    const reason = `another lane of the invocation met ${stop.code}; nothing more was sent for this record: redrive it after the resume`;
+    return { action: 'dlq', errorCode: REASON.STOPPED_BY_ANOTHER_LANE, reason, release: true, ...hold };
+  }
+  return { action: 'retry', release: true, reason: REASON.STOPPED_BY_ANOTHER_LANE, ...hold };
 }
 
 /**

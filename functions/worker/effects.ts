@@ -174,6 +174,7 @@ async function carryOut(decision: RecordDecision, c: ApplyContext): Promise<Reco
       return finished(true, 'rejected', deps, log, { reason: decision.reason });
     }
     case 'dlq': {
+      if (decision.cooldownMs) await deps.sleep(decision.cooldownMs, c.signal);
       if (decision.release && c.owner && c.recordKey) {
         await deps.store.release(c.recordKey, c.owner, c.attempts ?? 0, c.resubmitted === true);
       }
@@ -262,7 +263,7 @@ async function applyStop(
   if (deps.stops && !deps.stops.claim()) {
     // Another lane of this invocation met the stop first and records it.
     const elsewhere = decideStopMetElsewhere(decision, taskDeadlineMs(deps.config) + deps.config.cooldownMs);
-    if (elsewhere.action === 'retry') return applyDecision(elsewhere, c);
+    return applyDecision(elsewhere, c);
   }
   // 1. Stop new work everywhere first; 2. record; 3. keep the message in the DLQ; 4. delete it.
   deps.metrics.addMetric('StopEvents', MetricUnit.Count, 1);

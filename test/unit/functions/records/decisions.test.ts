@@ -407,10 +407,15 @@ describe('decideStopMetElsewhere', () => {
       cooldownMs: 180_000,
     });
   });
-  it('records the stop itself on the last allowed receive', () => {
-    expect(decideStopMetElsewhere({ ...stop, lastReceive: true }, 180_000)).toEqual({
-      ...stop,
-      lastReceive: true,
+  it("ends in the DLQ with STOPPED_BY_ANOTHER_LANE on the last allowed receive, never `stopped`: the stop was another record's", () => {
+    expect(decideStopMetElsewhere({ ...stop, lastReceive: true }, 180_000)).toMatchObject({
+      action: 'dlq',
+      errorCode: 'STOPPED_BY_ANOTHER_LANE',
+      release: true,
+    });
+    expect(decideStopMetElsewhere({ ...stop, taskId: '7', lastReceive: true }, 180_000)).toMatchObject({
+      action: 'dlq',
+      cooldownMs: 180_000,
     });
   });
 });
