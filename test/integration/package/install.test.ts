@@ -208,8 +208,10 @@ describe('the packages, installed outside the checkout', () => {
     const template = JSON.parse(
       readFileSync(join(project, 'cdk.out', 'ConsumerStack.template.json'), 'utf8'),
     );
+    // Ours with README's lanes (the example sets them for a production plan).
+    const lanes = Number(/\blanes: (\d+)/.exec(CDK_SNIPPET)?.[1] ?? 1);
     const ours = new ThreadgateStack(new App({ context: { 'aws:cdk:bundling-stacks': [] } }), 'Threadgate', {
-      settings: { allowedHosts: ['forms.example.com'] },
+      settings: { allowedHosts: ['forms.example.com'], lanes },
     });
     expect(deliveryInvariants(template as TemplateJson)).toEqual(
       deliveryInvariants(Template.fromStack(ours).toJSON() as TemplateJson),
