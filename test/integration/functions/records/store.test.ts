@@ -1,10 +1,4 @@
-import {
-  ConditionalCheckFailedException,
-  DynamoDBClient,
-  GetItemCommand,
-  UpdateItemCommand,
-} from '@aws-sdk/client-dynamodb';
-import { mockClient } from 'aws-sdk-client-mock';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { awsClientOptions } from '../../../../functions/common/aws-clients.js';
 import { BATCH_SHARDS, batchShardOf } from '../../../../functions/records/batch-index.js';
@@ -558,7 +552,7 @@ describe('outcomes store (moto DynamoDB)', () => {
  * client talks to moto but drops `Item` from every ConditionalCheckFailedException, and records
  * the GetItem calls the store makes.
  */
-function clientWithoutConditionItem(gets: Record<string, unknown>[]): DynamoDBClient {
+function _clientWithoutConditionItem(gets: Record<string, unknown>[]): DynamoDBClient {
   const client = new DynamoDBClient({
     endpoint: moto.endpoint,
     region: MOTO_REGION,
