@@ -1,8 +1,7 @@
-import { ChangeMessageVisibilityBatchCommand } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse, SQSEvent, SQSRecord } from 'aws-lambda';
 import type { PipelineState } from '../pipeline/control.js';
 import { REASON } from '../records/decisions.js';
-import { deleteReceived, receiveNext } from './chain.js';
+import { deleteReceived, receiveNext, retryVisibilitySeconds, setVisibility } from './chain.js';
 import { applyCrash } from './effects.js';
 import { processRecord } from './record-flow.js';
 import { errorSummary, type ProcessOptions, type RecordResult, type WorkerDeps } from './types.js';
@@ -407,9 +406,6 @@ const MIN_EMPTY_RECEIVE_WAIT_MS = 50;
 /** After its records, the invocation waits at most this long for an exchange still under way. */
 const EXCHANGE_WAIT_MS = 2_000;
 
-/** SQS's longest visibility timeout. */
-export const MAX_VISIBILITY_SECONDS = 43_200;
-
 /**
  * Retried records grouped by their visibility delay: the configured retry delay, or until
  * `notBefore` has passed (plus a second, so the next claim sees the lease expired).
@@ -421,8 +417,7 @@ function retryDelays(
   const now = deps.now();
   const groups = new Map<number, SQSRecord[]>();
   for (const { record, notBefore } of retried) {
-    const untilThen = notBefore === undefined ? 0 : Math.ceil((notBefore - now) / 1000) + 1;
-    const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
+    const seconds = retryVisibilitySeconds(deps, notBefore, now);
     groups.set(seconds, [...(groups.get(seconds) ?? []), record]);
   }
   return groups;
@@ -470,26 +465,4 @@ function metStopUnpaused(result: RecordResult): boolean {
     (result.kind === 'retry' && result.reason === REASON.PAUSE_FAILED) ||
     (result.kind === 'done' && result.status === 'stopped')
   );
-}
-
-/** Sets the visibility of messages, ten at a time; a failure is logged (they come back after their own). */
-export async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {
-  for (let i = 0; i < records.length; i += 10) {
-    const chunk = records.slice(i, i + 10);
-    try {
-      await deps.sqs.send(
-        new ChangeMessageVisibilityBatchCommand({
-          QueueUrl: deps.config.queueUrl,
-          Entries: chunk.map((r, j) => ({
-            Id: String(j),
-            ReceiptHandle: r.receiptHandle,
-            VisibilityTimeout: seconds,
-          })),
-        }),
-      );
-    } catch (err) {
-      // Not fatal: they come back after their visibility timeout instead.
-      deps.logger.warn('could not change the visibility of records to retry', errorSummary(err));
-    }
-  }
 }

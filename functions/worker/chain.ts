@@ -1,4 +1,9 @@
-import { DeleteMessageCommand, type Message, ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import {
+  ChangeMessageVisibilityBatchCommand,
+  DeleteMessageCommand,
+  type Message,
+  ReceiveMessageCommand,
+} from '@aws-sdk/client-sqs';
 import type { SQSRecord } from 'aws-lambda';
 import { errorSummary, type WorkerDeps } from './types.js';
 
@@ -84,5 +89,43 @@ export async function deleteReceived(deps: WorkerDeps, record: SQSRecord): Promi
       messageId: record.messageId,
       ...errorSummary(err),
     });
+  }
+}
+
+/** SQS's longest visibility timeout. */
+const MAX_VISIBILITY_SECONDS = 43_200;
+
+/**
+ * A retried message's visibility, in seconds: the configured retry delay, or until `notBefore`
+ * (epoch ms) has passed plus a second, at most SQS's longest.
+ */
+export function retryVisibilitySeconds(
+  deps: WorkerDeps,
+  notBefore: number | undefined,
+  now = deps.now(),
+): number {
+  const untilThen = notBefore === undefined ? 0 : Math.ceil((notBefore - now) / 1000) + 1;
+  return Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
+}
+
+/** Sets the visibility of messages, ten at a time; a failure is logged (they come back after their own). */
+export async function setVisibility(deps: WorkerDeps, records: SQSRecord[], seconds: number): Promise<void> {
+  for (let i = 0; i < records.length; i += 10) {
+    const chunk = records.slice(i, i + 10);
+    try {
+      await deps.sqs.send(
+        new ChangeMessageVisibilityBatchCommand({
+          QueueUrl: deps.config.queueUrl,
+          Entries: chunk.map((r, j) => ({
+            Id: String(j),
+            ReceiptHandle: r.receiptHandle,
+            VisibilityTimeout: seconds,
+          })),
+        }),
+      );
+    } catch (err) {
+      // Not fatal: they come back after their visibility timeout instead.
+      deps.logger.warn('could not change the visibility of records to retry', errorSummary(err));
+    }
   }
 }

@@ -1,6 +1,7 @@
 import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { lanesAllowed } from '../../pipeline/lanes.js';
-import { MAX_VISIBILITY_SECONDS, processBatch, setVisibility } from '../batch-loop.js';
+import { processBatch } from '../batch-loop.js';
+import { retryVisibilitySeconds, setVisibility } from '../chain.js';
 import { takeWindow, worstCaseSettingsOf } from '../chain-window.js';
 import { errorSummary, type ProcessOptions, type WorkerDeps } from '../types.js';
 import { DEADLINE_MARGIN_MS, worstCaseRecordMs } from '../worst-case.js';
@@ -121,8 +122,6 @@ async function giveBackEvent(
   deps: WorkerDeps,
   retryAt: number | undefined,
 ): Promise<SQSBatchResponse> {
-  const untilThen = retryAt === undefined ? 0 : Math.ceil((retryAt - deps.now()) / 1000) + 1;
-  const seconds = Math.min(MAX_VISIBILITY_SECONDS, Math.max(deps.config.retryDelaySeconds, untilThen));
-  await setVisibility(deps, event.Records, seconds);
+  await setVisibility(deps, event.Records, retryVisibilitySeconds(deps, retryAt));
   return { batchItemFailures: event.Records.map((r) => ({ itemIdentifier: r.messageId })) };
 }

@@ -1,9 +1,9 @@
-import { CreateTableCommand, GetItemCommand } from '@aws-sdk/client-dynamodb';
+import { GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEDGER_PARTITION, type LeaseTimes, SlotLedger } from '../../../functions/pipeline/ledger.js';
 import { InvocationLease, type LeaseOptions } from '../../../functions/worker/invocation/lease.js';
 import type { MotoServer } from '../../../local/emulator/moto.js';
-import { type AwsClients, clientsFor, startMoto } from '../../fixtures/aws.js';
+import { type AwsClients, clientsFor, createPkSkTable, startMoto } from '../../fixtures/aws.js';
 
 let moto: MotoServer;
 let clients: AwsClients;
@@ -14,21 +14,7 @@ let tables = 0;
 
 /** A ledger table as the stack makes it (pk, sk), fresh for each test. */
 async function freshLedger(cap?: number): Promise<SlotLedger> {
-  const tableName = `ledger-${++tables}`;
-  await clients.ddb.send(
-    new CreateTableCommand({
-      TableName: tableName,
-      BillingMode: 'PAY_PER_REQUEST',
-      AttributeDefinitions: [
-        { AttributeName: 'pk', AttributeType: 'S' },
-        { AttributeName: 'sk', AttributeType: 'S' },
-      ],
-      KeySchema: [
-        { AttributeName: 'pk', KeyType: 'HASH' },
-        { AttributeName: 'sk', KeyType: 'RANGE' },
-      ],
-    }),
-  );
+  const tableName = await createPkSkTable(clients.ddb, `ledger-${++tables}`);
   const ledger = new SlotLedger({ client: clients.ddb, tableName, now });
   if (cap !== undefined) await ledger.setCap(cap);
   return ledger;

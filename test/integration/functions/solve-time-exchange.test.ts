@@ -1,4 +1,4 @@
-import { CreateTableCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import { PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LearnedPollSchedule } from '../../../functions/captchaai/poll-schedule.js';
 import { DEFAULT_TIMINGS } from '../../../functions/captchaai/timings.js';
@@ -12,7 +12,7 @@ import {
 } from '../../../functions/pipeline/solve-time-exchange.js';
 import type { MotoServer } from '../../../local/emulator/moto.js';
 import { awsUsage, resetAwsUsage } from '../../../local/emulator/usage.js';
-import { type AwsClients, clientsFor, startMoto } from '../../fixtures/aws.js';
+import { type AwsClients, clientsFor, createPkSkTable, startMoto } from '../../fixtures/aws.js';
 
 let moto: MotoServer;
 let clients: AwsClients;
@@ -21,23 +21,7 @@ let clock = 1_000_000;
 const now = () => clock;
 
 /** A solve-times table as the stack makes it (pk, sk). */
-async function createTable(name: string): Promise<string> {
-  await clients.ddb.send(
-    new CreateTableCommand({
-      TableName: name,
-      BillingMode: 'PAY_PER_REQUEST',
-      AttributeDefinitions: [
-        { AttributeName: 'pk', AttributeType: 'S' },
-        { AttributeName: 'sk', AttributeType: 'S' },
-      ],
-      KeySchema: [
-        { AttributeName: 'pk', KeyType: 'HASH' },
-        { AttributeName: 'sk', KeyType: 'RANGE' },
-      ],
-    }),
-  );
-  return name;
-}
+const createTable = (name: string) => createPkSkTable(clients.ddb, name);
 
 beforeAll(async () => {
   moto = await startMoto();
