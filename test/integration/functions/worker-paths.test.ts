@@ -1,4 +1,4 @@
-import { CreateTableCommand, DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
+import { DynamoDBClient, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { PutSecretValueCommand } from '@aws-sdk/client-secrets-manager';
 import { DeleteMessageCommand, type Message, SQSClient } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse } from 'aws-lambda';
@@ -16,6 +16,7 @@ import { startTargetStandin, type TargetStandin } from '../../../local/standins/
 import {
   type AwsClients,
   clientsFor,
+  createPkSkTable,
   createWorkerResources,
   receive,
   receiveAll,
@@ -293,21 +294,7 @@ describe('the seven paths, on the wire', () => {
   it('5. a poisoned SolveTimes item does not drive res.php past the budget: tasks answering at 20 s stay within 12 calls', async () => {
     // Prepare: the solve-times table with one crafted item (200 answers at 0–0.4 s, 56 spread to
     // 60 s, written just now); every task answers at 20 s (× 0.05).
-    const table = `solve-times-${Date.now().toString(36)}`;
-    await clients.ddb.send(
-      new CreateTableCommand({
-        TableName: table,
-        BillingMode: 'PAY_PER_REQUEST',
-        AttributeDefinitions: [
-          { AttributeName: 'pk', AttributeType: 'S' },
-          { AttributeName: 'sk', AttributeType: 'S' },
-        ],
-        KeySchema: [
-          { AttributeName: 'pk', KeyType: 'HASH' },
-          { AttributeName: 'sk', KeyType: 'RANGE' },
-        ],
-      }),
-    );
+    const table = await createPkSkTable(clients.ddb, `solve-times-${Date.now().toString(36)}`);
     const poison = [
       ...Array.from({ length: 200 }, (_, i) => `${i * 2}-${i * 2}`),
       ...Array.from({ length: 56 }, (_, i) => `${1_000 * (i + 4)}-${1_000 * (i + 5)}`),
