@@ -84,7 +84,7 @@ export function createWorkerDeps(
     timeScale: config.timeScale,
     ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
   });
-  const view = pipelineView(config, control, captchaai);
+  const view = pipelineView(config, control, captchaai, overrides.monotonic);
   const store = new OutcomesStore({
     client: clients.ddb,
     tableName: config.tableName,
@@ -147,6 +147,7 @@ function pipelineView(
   config: WorkerConfig,
   control: PipelineControl,
   captchaai: RotatingCaptchaAiClient,
+  clock: (() => number) | undefined,
 ): PipelineView {
   return new PipelineView({
     read: async () => {
@@ -157,6 +158,7 @@ function pipelineView(
     ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
     // A throttled read answers the last good snapshot for a while: a lane does not end on it.
     staleMs: Math.max(MIN_STATE_CACHE_MS * 10, STALE_STATE_MS * config.timeScale),
+    ...(clock ? { clock } : {}),
   });
 }
 

@@ -34,6 +34,11 @@ export interface WorkerDeps {
   dispatcher?: Dispatcher;
   /** Epoch ms; leases and token ages use it. */
   now: () => number;
+  /**
+   * A monotonic clock (ms) for the environment's view of the pipeline state (how long a read is
+   * reused, how long the last good one answers for a failed read); unset: `performance.now()`.
+   */
+  monotonic?: () => number;
   /** Waits; resolves early when the signal aborts. */
   sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   logger: Logger;

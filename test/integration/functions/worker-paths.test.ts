@@ -163,14 +163,17 @@ describe('the seven paths, on the wire', () => {
     expect(bAt! - aAt!).toBeGreaterThanOrEqual(deadlineMs + cooldownMs);
   }, 40_000);
 
-  it('2. ends the chain when the pipeline state cannot be read: no further message is taken', async () => {
-    // Prepare: every GetParameter fails at moto after the first (the event's record reads it).
+  it('2. ends the chain when the pipeline state cannot be read past the last good read’s window: no further message is taken', async () => {
+    // Prepare: every GetParameter fails at moto after the first (the event's record reads it), and
+    // the environment's clock moves a minute per reading, so the last good read is always older than
+    // the window in which it may answer for a failed one (functions/pipeline/state-view.ts).
     const s = await setup();
     const [a, b] = [newKey('ssm-a'), newKey('ssm-b')];
     await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
     const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
     await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
-    const deps = s.instance();
+    let minutes = 0;
+    const deps = s.instance({ monotonic: () => ++minutes * 60_000 });
     await addAwsFaults(moto.endpoint, [
       { operation: 'GetParameter', error: 'ThrottlingException', status: 400, nth: 2, times: 0 },
     ]);
@@ -183,6 +186,28 @@ describe('the seven paths, on the wire', () => {
     await clearAwsFaults(moto.endpoint);
     const left = await receiveAll(clients.sqs, s.res.queueUrl, 1);
     expect(left.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(['1']);
+  }, 30_000);
+
+  it('2. a state read throttled within the last good read’s window does not end the chain: the next message is taken and worked', async () => {
+    // Prepare: the same faults, with a clock that stands still, so the last good read stays young.
+    const s = await setup();
+    const [a, b] = [newKey('ssm-young-a'), newKey('ssm-young-b')];
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
+    const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
+    const deps = s.instance({ monotonic: () => 0 });
+    await addAwsFaults(moto.endpoint, [
+      { operation: 'GetParameter', error: 'ThrottlingException', status: 400, nth: 2, times: 0 },
+    ]);
+    // Act
+    const out = await invoke(s, deps, event, chainOpen());
+    // Assess: both records were submitted, one task each; the queue is empty.
+    expect(out.batchItemFailures).toEqual([]);
+    expect((await s.store.get(a))?.status).toBe('submitted');
+    expect((await s.store.get(b))?.status).toBe('submitted');
+    expect([inPhpTimes(a).length, inPhpTimes(b).length]).toEqual([1, 1]);
+    await clearAwsFaults(moto.endpoint);
+    expect(await receive(clients.sqs, s.res.queueUrl, 10)).toEqual([]);
   }, 30_000);
 
   it('3. a failed pause ends the chain; later records of the environment send no in.php with the refused key; the last receive ends stopped in the DLQ, not in_progress', async () => {
