@@ -90,6 +90,7 @@ export function createWorkerDeps(
     tableName: config.tableName,
     now,
     timeScale: config.timeScale,
+    ...(config.outcomeRetentionDays ? { retentionMs: config.outcomeRetentionDays * 86_400_000 } : {}),
   });
   const pipeline: WorkerDeps['pipeline'] = {
     readState: async () => (await view.read()).state,

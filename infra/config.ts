@@ -112,6 +112,26 @@ export interface ThreadgateConfig {
   readonly oldestMessageAlarmSeconds: number;
   /** Log retention of both functions, in days (one of CloudWatch Logs' allowed values). @default 30 */
   readonly logRetentionDays: number;
+  /**
+   * Log level of every function (Powertools' POWERTOOLS_LOG_LEVEL): DEBUG, INFO, WARN or ERROR.
+   * Below INFO the worker's per-record line is gone (the bench reads it). @default 'INFO'
+   */
+  readonly logLevel: LogLevel;
+  /**
+   * Days an outcome row is kept after its last write (a DynamoDB TTL on `expires_at`); 0 keeps
+   * rows for ever. A record_key sent again after its row expired is solved again. @default 0
+   */
+  readonly outcomeRetentionDays: number;
+  /**
+   * The tables' encryption at rest: `aws-managed` (the `aws/dynamodb` KMS key, visible in KMS and
+   * CloudTrail, KMS requests billed) or `aws-owned` (a key DynamoDB owns, no KMS charge). @default 'aws-managed'
+   */
+  readonly tableEncryption: TableEncryptionChoice;
+  /**
+   * Seconds the outcome stream's mapping gathers records before it invokes the publisher (0–300):
+   * fewer publisher invocations and SendMessageBatch calls, outcomes later by up to this. @default 0
+   */
+  readonly outcomeStreamBatchingSeconds: number;
   /** SNS topic ARN that alarms notify; none when unset. @default undefined */
   readonly alarmTopicArn: string | undefined;
   /**
@@ -161,8 +181,17 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'logRetentionDays',
   'alarmTopicArn',
   'outcomeStream',
+  'logLevel',
+  'outcomeRetentionDays',
+  'tableEncryption',
+  'outcomeStreamBatchingSeconds',
   'expect',
 ];
+
+export const LOG_LEVELS = ['DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export const TABLE_ENCRYPTIONS = ['aws-managed', 'aws-owned'] as const;
+export type TableEncryptionChoice = (typeof TABLE_ENCRYPTIONS)[number];
 
 /** Every default lives in functions/common/settings.ts, shared with the functions, the CLI and the local stack. */
 export { DEFAULTS };
@@ -206,6 +235,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
   const redelivery = readRedelivery(input, workerTimeoutSeconds);
   const visibilityTimeoutSeconds = readVisibilityTimeout(input, workerTimeoutSeconds);
   const monitoring = readMonitoring(input);
+  const costs = readCostSettings(input);
   return {
     stackName,
     reserve: caps.reserve,
@@ -220,6 +250,7 @@ export function resolveConfig(input: ThreadgateSettings = {}): ThreadgateConfig 
     ...redelivery,
     visibilityTimeoutSeconds,
     ...monitoring,
+    ...costs,
     expect: parseFormExpectation(input.expect, 'expect'),
   };
 }
@@ -480,6 +511,36 @@ function readMonitoring(
     logRetentionDays,
     alarmTopicArn: topic,
     outcomeStream: readBoolean(input, 'outcomeStream', DEFAULTS.outcomeStream),
+  };
+}
+
+/** The settings that move the bill without changing what the pipeline does (docs/configuration.md "Cost"). */
+function readCostSettings(
+  input: ThreadgateSettings,
+): Pick<
+  ThreadgateConfig,
+  'logLevel' | 'outcomeRetentionDays' | 'tableEncryption' | 'outcomeStreamBatchingSeconds'
+> {
+  const oneOf = <T extends string>(name: keyof ThreadgateConfig, allowed: readonly T[], fallback: T): T => {
+    const value = readString(input, name, fallback);
+    const found = allowed.find((a) => a.toLowerCase() === value.toLowerCase());
+    if (!found) throw new ConfigError(name, `must be one of ${allowed.join(', ')}, got "${value}"`);
+    return found;
+  };
+  return {
+    logLevel: oneOf('logLevel', LOG_LEVELS, DEFAULTS.logLevel),
+    outcomeRetentionDays: readInteger(input, 'outcomeRetentionDays', DEFAULTS.outcomeRetentionDays, {
+      min: 0,
+      max: 36_500,
+    }),
+    tableEncryption: oneOf('tableEncryption', TABLE_ENCRYPTIONS, DEFAULTS.tableEncryption),
+    // The mapping's MaximumBatchingWindowInSeconds allows 0–300.
+    outcomeStreamBatchingSeconds: readInteger(
+      input,
+      'outcomeStreamBatchingSeconds',
+      DEFAULTS.outcomeStreamBatchingSeconds,
+      { min: 0, max: 300 },
+    ),
   };
 }
 

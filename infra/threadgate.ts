@@ -1,5 +1,5 @@
 import { Annotations, ArnFormat, Duration, Stack } from 'aws-cdk-lib';
-import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
 import type * as sqs from 'aws-cdk-lib/aws-sqs';
@@ -8,7 +8,7 @@ import type { CaptchaType } from '../functions/captchaai/types.js';
 import { BATCH_INDEX_NAME } from '../functions/records/batch-index.js';
 import { CANCEL_ITEM_ATTRIBUTES, CANCEL_KEY_PREFIX } from '../functions/records/cancellations.js';
 import type { FormExpectation } from '../functions/records/form-verdict.js';
-import { resolveConfig, type ThreadgateConfig } from './config.js';
+import { resolveConfig, type TableEncryptionChoice, type ThreadgateConfig } from './config.js';
 import { CapAdjuster } from './constructs/cap-adjuster.js';
 import { JobQueues } from './constructs/job-queues.js';
 import { Monitoring } from './constructs/monitoring.js';
@@ -206,6 +206,34 @@ export interface ThreadgateProps {
    */
   readonly outcomeStream?: boolean;
   /**
+   * Log level of every function (Powertools' POWERTOOLS_LOG_LEVEL). Below INFO the worker's
+   * per-record line is gone.
+   * Valid values: 'DEBUG', 'INFO', 'WARN', 'ERROR'.
+   * @default 'INFO'
+   */
+  readonly logLevel?: 'DEBUG' | 'INFO' | 'WARN' | 'ERROR';
+  /**
+   * Days an outcome row is kept after its last write (DynamoDB TTL); 0 keeps rows for ever. A
+   * record_key sent again after its row expired is solved again.
+   * Valid range: 0–36500.
+   * @default 0
+   */
+  readonly outcomeRetentionDays?: number;
+  /**
+   * The tables' encryption at rest: the AWS managed key `aws/dynamodb` (KMS requests billed, the
+   * key visible in KMS and CloudTrail) or a key DynamoDB owns (no KMS charge).
+   * Valid values: 'aws-managed', 'aws-owned'.
+   * @default 'aws-managed'
+   */
+  readonly tableEncryption?: TableEncryptionChoice;
+  /**
+   * Seconds the outcome stream's mapping gathers records before it invokes the publisher: fewer
+   * publisher invocations, outcomes later by up to this.
+   * Valid range: 0–300.
+   * @default 0
+   */
+  readonly outcomeStreamBatchingSeconds?: number;
+  /**
    * The default `expect` block for jobs without one: which answers of the form count as accepted
    * (`status`), and text that must (`body_includes`) or must not (`body_excludes`) be in the
    * answer, or where its redirect must go (`location`). A job's own block replaces it whole.
@@ -287,7 +315,8 @@ export class Threadgate extends Construct {
       );
     }
 
-    const outcomes = new OutcomesTable(this, 'Outcomes', { stream: config.outcomeStream });
+    const encryption = tableEncryptionOf(config.tableEncryption);
+    const outcomes = new OutcomesTable(this, 'Outcomes', { stream: config.outcomeStream, encryption });
     const outcomeStream = config.outcomeStream
       ? new OutcomeStream(this, 'OutcomeStream', { config, table: outcomes.table })
       : undefined;
@@ -299,8 +328,8 @@ export class Threadgate extends Construct {
     const pipelineState = new PipelineState(this, 'PipelineState', { stackName, lanes, initialCap });
     // The learned poll schedule's environments share their solve times; a static one needs none.
     const solveTimes =
-      config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
-    const ledger = new SlotLedgerTable(this, 'SlotLedger');
+      config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes', { encryption }) : undefined;
+    const ledger = new SlotLedgerTable(this, 'SlotLedger', { encryption });
     const { queue, dlq } = queues;
     const parts = { config, queue, pipelineState, ledger };
     const worker = new Worker(this, 'Worker', { ...parts, dlq, table: outcomes.table, solveTimes });
@@ -492,4 +521,9 @@ export class Threadgate extends Construct {
       resourceArns: [Stack.of(this).stackId],
     });
   }
+}
+
+/** The tables' encryption for the `tableEncryption` setting. */
+function tableEncryptionOf(choice: TableEncryptionChoice): dynamodb.TableEncryption {
+  return choice === 'aws-owned' ? dynamodb.TableEncryption.DEFAULT : dynamodb.TableEncryption.AWS_MANAGED;
 }

@@ -36,6 +36,14 @@ export const DEFAULTS = {
   transientReceiveLimit: 3,
   oldestMessageAlarmSeconds: 3600,
   logRetentionDays: 30,
+  /** Powertools log level of every function (POWERTOOLS_LOG_LEVEL). */
+  logLevel: 'INFO',
+  /** Days an outcome row is kept after its last write; 0 keeps it for ever (no TTL). */
+  outcomeRetentionDays: 0,
+  /** The tables' encryption at rest: the AWS managed key `aws/dynamodb`, or an AWS owned key. */
+  tableEncryption: 'aws-managed',
+  /** How long the outcome stream's mapping gathers records before it invokes the publisher, seconds. */
+  outcomeStreamBatchingSeconds: 0,
   outcomeStream: true,
   /**
    * How long after its start a worker invocation keeps taking the next message itself (the chain,

@@ -42,6 +42,11 @@ export interface OutcomesStoreOptions {
   sleep?: (ms: number) => Promise<void>;
   /** The worker's time scale: the waits between tries follow it (../common/aws-clients.ts awsWaitMs). @default 1 */
   timeScale?: number;
+  /**
+   * How long a row is kept after its claim or final write, in ms (OUTCOME_RETENTION_DAYS): each
+   * sets `expires_at` (epoch seconds), which the table's TTL reads. Unset: rows are kept.
+   */
+  retentionMs?: number;
 }
 
 /**
@@ -116,6 +121,12 @@ export class OutcomesStore {
     this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
+  /** `:ttl`, the row's expiry in epoch seconds, when rows are kept for a retention; else nothing. */
+  private expiry(now: number): { ':ttl': AttributeValue } | undefined {
+    const { retentionMs } = this.options;
+    return retentionMs === undefined ? undefined : { ':ttl': n(Math.ceil((now + retentionMs) / 1000)) };
+  }
+
   async get(recordKey: string): Promise<OutcomeRow | undefined> {
     const out = await this.options.client.send(
       new GetItemCommand({
@@ -150,6 +161,8 @@ export class OutcomesStore {
       UpdateExpression:
         'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
         `updated_at = :iso, status_at = if_not_exists(status_at, :iso), created_at = if_not_exists(created_at, :iso)${
+          this.expiry(now) ? ', expires_at = :ttl' : ''
+        }${
           claim.batchId === undefined
             ? ''
             : ', batch_id = if_not_exists(batch_id, :batch), batch_shard = if_not_exists(batch_shard, :shard)'
@@ -163,6 +176,7 @@ export class OutcomesStore {
         ':expires': n(leaseExpiresAt),
         ':type': s(claim.captchaType),
         ':iso': s(new Date(now).toISOString()),
+        ...this.expiry(now),
         ...(claim.batchId === undefined
           ? {}
           : { ':batch': s(claim.batchId), ':shard': s(batchShardOf(claim.batchId, recordKey)) }),
@@ -206,6 +220,11 @@ export class OutcomesStore {
       ':zero': n(0),
     };
     sets.push('attempts = if_not_exists(attempts, :zero) + :attempts');
+    const expiry = this.expiry(now);
+    if (expiry) {
+      sets.push('expires_at = :ttl');
+      Object.assign(values, expiry);
+    }
     if (outcome.targetStatus !== undefined) {
       sets.push('target_status = :target');
       values[':target'] = n(outcome.targetStatus);

@@ -52,6 +52,8 @@ export interface WorkerConfig extends LaneSettings {
   ledgerTable?: string;
   /** The cap deployed (INITIAL_CAP): the slot ledger's until the cap adjuster has written one. */
   firstCap?: number;
+  /** Days a row is kept after its last write (OUTCOME_RETENTION_DAYS; unset: for ever). */
+  outcomeRetentionDays?: number;
   /** DNS servers that resolve target hosts (DNS_SERVERS, `ip[:port]` list; empty: the system resolver). */
   dnsServers: string[];
   /**
@@ -114,6 +116,15 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     ledgerTable: env.LEDGER_TABLE?.trim() || undefined,
     ...(env.INITIAL_CAP?.trim()
       ? { firstCap: optionalNumber(env, 'INITIAL_CAP', 1, { min: 1, integer: true }) }
+      : {}),
+    ...(env.OUTCOME_RETENTION_DAYS?.trim()
+      ? {
+          outcomeRetentionDays: optionalNumber(env, 'OUTCOME_RETENTION_DAYS', 0, {
+            min: 1,
+            max: 36_500,
+            integer: true,
+          }),
+        }
       : {}),
     dnsServers: parseDnsServers(optionalList(env, 'DNS_SERVERS')),
     chainMs: optionalNumber(env, 'CHAIN_SECONDS', 0, { min: 0, max: 900 }) * 1000,

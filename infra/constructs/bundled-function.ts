@@ -57,6 +57,8 @@ export interface BundledFunctionProps {
   readonly timeout: Duration;
   readonly environment: Record<string, string>;
   readonly logRetentionDays: number;
+  /** Powertools' log level (POWERTOOLS_LOG_LEVEL): the stack's `logLevel` setting. */
+  readonly logLevel: string;
   /** @default 256 */
   readonly memorySize?: number;
   /** @default none */
@@ -108,6 +110,7 @@ export class BundledFunction extends Construct {
       reservedConcurrentExecutions: props.reservedConcurrentExecutions,
       environment: {
         ...props.environment,
+        POWERTOOLS_LOG_LEVEL: props.logLevel,
         ...GLIBC_MALLOC_ENV,
         // Stack traces point into the TypeScript sources through the bundled source maps.
         ...(props.runtimeSourceMaps === false ? {} : { NODE_OPTIONS: '--enable-source-maps' }),

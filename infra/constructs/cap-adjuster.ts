@@ -77,6 +77,7 @@ export class CapAdjuster extends Construct {
       // threadsinfo (its HTTP timeout scales with TIME_SCALE) plus a few Lambda and SSM calls.
       timeout: Duration.seconds(60),
       logRetentionDays: config.logRetentionDays,
+      logLevel: config.logLevel,
       environment,
     });
     this.fn = this.bundled.fn;

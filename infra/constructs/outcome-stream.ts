@@ -90,6 +90,7 @@ export class OutcomeStream extends Construct {
       timeout: Duration.seconds(30),
       memorySize: 128,
       logRetentionDays: props.config.logRetentionDays,
+      logLevel: props.config.logLevel,
       environment: {
         OUTCOMES_QUEUE_URL: this.queue.queueUrl,
         POWERTOOLS_SERVICE_NAME: props.config.stackName,
@@ -100,6 +101,9 @@ export class OutcomeStream extends Construct {
     this.mapping = new sources.DynamoEventSource(props.table, {
       startingPosition: lambda.StartingPosition.TRIM_HORIZON,
       batchSize,
+      ...(props.config.outcomeStreamBatchingSeconds > 0
+        ? { maxBatchingWindow: Duration.seconds(props.config.outcomeStreamBatchingSeconds) }
+        : {}),
       reportBatchItemFailures: true,
       // One batch per shard at a time keeps a record's outcomes in the order they were written.
       parallelizationFactor: 1,

@@ -21,7 +21,15 @@ export interface OutcomesTableProps {
    * Also the CDK context `keepPreviousBatchIndex=true`. @default false
    */
   readonly keepPreviousBatchIndex?: boolean;
+  /** Encryption at rest (the stack's `tableEncryption`). @default TableEncryption.AWS_MANAGED */
+  readonly encryption?: dynamodb.TableEncryption;
 }
+
+/**
+ * The attribute the table's TTL reads: the worker writes it (epoch seconds) on a claim and a final
+ * write when the stack sets `outcomeRetentionDays`; rows without it are kept.
+ */
+export const OUTCOME_TTL_ATTRIBUTE = 'expires_at';
 
 /** The batch index before created_at became its sort key (every attribute projected, sort updated_at). */
 export const PREVIOUS_BATCH_INDEX_NAME = 'batch_id-updated_at';
@@ -42,7 +50,10 @@ export class OutcomesTable extends Construct {
       partitionKey: { name: 'record_key', type: dynamodb.AttributeType.STRING },
       billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
       pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
-      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      encryption: props.encryption ?? dynamodb.TableEncryption.AWS_MANAGED,
+      // Always on: the setting decides whether the worker writes the attribute (a TTL switched on
+      // later is one more table update, and DynamoDB allows one per hour).
+      timeToLiveAttribute: OUTCOME_TTL_ATTRIBUTE,
       removalPolicy: props.removalPolicy ?? RemovalPolicy.RETAIN,
       ...(props.stream ? { stream: dynamodb.StreamViewType.NEW_AND_OLD_IMAGES } : {}),
     });

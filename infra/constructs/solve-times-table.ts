@@ -12,13 +12,13 @@ import { Construct } from 'constructs';
 export class SolveTimesTable extends Construct {
   readonly table: dynamodb.Table;
 
-  constructor(scope: Construct, id: string) {
+  constructor(scope: Construct, id: string, props: { encryption?: dynamodb.TableEncryption } = {}) {
     super(scope, id);
     this.table = new dynamodb.Table(this, 'Table', {
       partitionKey: { name: 'pk', type: dynamodb.AttributeType.STRING },
       sortKey: { name: 'sk', type: dynamodb.AttributeType.STRING },
       billingMode: dynamodb.BillingMode.PAY_PER_REQUEST,
-      encryption: dynamodb.TableEncryption.AWS_MANAGED,
+      encryption: props.encryption ?? dynamodb.TableEncryption.AWS_MANAGED,
       timeToLiveAttribute: 'expires_at',
       removalPolicy: RemovalPolicy.DESTROY,
     });

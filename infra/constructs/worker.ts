@@ -78,6 +78,9 @@ export class Worker extends Construct {
       ...(props.solveTimes ? { SOLVE_TIMES_TABLE: props.solveTimes.table.tableName } : {}),
       LEDGER_TABLE: props.ledger.table.tableName,
       INITIAL_CAP: String(config.initialCap),
+      ...(config.outcomeRetentionDays > 0
+        ? { OUTCOME_RETENTION_DAYS: String(config.outcomeRetentionDays) }
+        : {}),
       ...(config.expect ? { FORM_EXPECT: JSON.stringify(config.expect) } : {}),
       // The stack name as the service dimension keeps two stacks' metrics apart.
       POWERTOOLS_SERVICE_NAME: config.stackName,
@@ -95,6 +98,7 @@ export class Worker extends Construct {
       description: 'threadgate worker: solves one job through CaptchaAI and posts the form',
       timeout: Duration.seconds(config.workerTimeoutSeconds),
       logRetentionDays: config.logRetentionDays,
+      logLevel: config.logLevel,
       // r of the first shape: the cap itself with one lane (functions/pipeline/lanes.ts).
       reservedConcurrentExecutions: firstShape.r,
       // The default rests on the peak RSS of one environment measured as Lambda runs it, a Node

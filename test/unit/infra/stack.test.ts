@@ -363,6 +363,7 @@ describe('ThreadgateStack with default settings', () => {
         'INITIAL_CAP',
         'POWERTOOLS_SERVICE_NAME',
         'POWERTOOLS_METRICS_NAMESPACE',
+        'POWERTOOLS_LOG_LEVEL',
         'MALLOC_ARENA_MAX',
         'MALLOC_TRIM_THRESHOLD_',
       ].sort(),
@@ -478,6 +479,10 @@ describe('ThreadgateStack with default settings', () => {
       KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
     });
     const [solveTimesId, solveTimes] = onlyResource(template, 'AWS::DynamoDB::Table', {
+      KeySchema: [
+        { AttributeName: 'pk', KeyType: 'HASH' },
+        { AttributeName: 'sk', KeyType: 'RANGE' },
+      ],
       TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
     });
     expect(solveTimes.DeletionPolicy).toBe('Delete');
@@ -691,6 +696,53 @@ describe('ThreadgateStack with other settings', () => {
     });
   });
 
+  it('moves the bill by its cost settings: log level, outcome TTL, table encryption, stream batching', () => {
+    // Prepare / Act
+    const defaults = synth().template;
+    const { template } = synth({
+      logLevel: 'warn',
+      outcomeRetentionDays: 90,
+      tableEncryption: 'aws-owned',
+      outcomeStreamBatchingSeconds: 5,
+    });
+    // Assess: every function logs at the level; the worker writes the TTL the table reads.
+    const levels = (t: Template) =>
+      Object.values(t.findResources('AWS::Lambda::Function')).map(
+        (f) => (f as Resource).Properties.Environment as { Variables: Record<string, string> },
+      );
+    expect(levels(defaults).map((e) => e.Variables.POWERTOOLS_LOG_LEVEL)).toEqual(['INFO', 'INFO', 'INFO']);
+    expect(levels(template).map((e) => e.Variables.POWERTOOLS_LOG_LEVEL)).toEqual(['WARN', 'WARN', 'WARN']);
+    template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-worker',
+      Environment: { Variables: Match.objectLike({ OUTCOME_RETENTION_DAYS: '90' }) },
+    });
+    defaults.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'Threadgate-worker',
+      Environment: { Variables: Match.objectLike({ OUTCOME_RETENTION_DAYS: Match.absent() }) },
+    });
+    for (const t of [defaults, template]) {
+      t.hasResourceProperties('AWS::DynamoDB::Table', {
+        KeySchema: [{ AttributeName: 'record_key', KeyType: 'HASH' }],
+        TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
+      });
+    }
+    // aws/dynamodb on every table by default; none names a KMS key with aws-owned.
+    const sse = (t: Template) =>
+      Object.values(t.findResources('AWS::DynamoDB::Table')).map(
+        (r) => (r as Resource).Properties.SSESpecification as { SSEEnabled?: boolean } | undefined,
+      );
+    expect(sse(defaults).every((s) => s?.SSEEnabled === true)).toBe(true);
+    expect(sse(template).every((s) => s?.SSEEnabled !== true)).toBe(true);
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      StartingPosition: 'TRIM_HORIZON',
+      MaximumBatchingWindowInSeconds: 5,
+    });
+    defaults.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      StartingPosition: 'TRIM_HORIZON',
+      MaximumBatchingWindowInSeconds: Match.absent(),
+    });
+  });
+
   it('accepts a maxCap above 1000 with lanes, up to 1000 × lanes', () => {
     // Prepare / Act
     const { template } = synth({ lanes: 8, maxCap: 8000 });
@@ -868,6 +920,22 @@ describe('settings validation at synth time', () => {
     ['logRetentionDays', { logRetentionDays: 4 }, /^logRetentionDays: must be one of/],
     ['alarmTopicArn', { alarmTopicArn: 'my-topic' }, /^alarmTopicArn: must be an SNS topic ARN/],
     ['outcomeStream', { outcomeStream: 'no' }, /^outcomeStream: must be true or false/],
+    [
+      'logLevel',
+      { logLevel: 'verbose' },
+      /^logLevel: must be one of DEBUG, INFO, WARN, ERROR, got "verbose"/,
+    ],
+    ['outcomeRetentionDays', { outcomeRetentionDays: -1 }, /^outcomeRetentionDays: must be >= 0/],
+    [
+      'tableEncryption',
+      { tableEncryption: 'kms' },
+      /^tableEncryption: must be one of aws-managed, aws-owned/,
+    ],
+    [
+      'outcomeStreamBatchingSeconds',
+      { outcomeStreamBatchingSeconds: 301 },
+      /^outcomeStreamBatchingSeconds: must be <= 300/,
+    ],
     [
       'pollIntervalMs',
       { pollIntervalMs: 100 },

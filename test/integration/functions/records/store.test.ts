@@ -195,6 +195,29 @@ describe('outcomes store (moto DynamoDB)', () => {
     expect(row?.lease_expires_at).toBeUndefined();
   });
 
+  it('with a retention, stamps the claim and the final write with the expiry the table’s TTL reads; without, none', async () => {
+    // Prepare: a store that keeps rows 30 days after their last write
+    const day = 86_400_000;
+    const kept = new OutcomesStore({
+      client: clients.ddb,
+      tableName,
+      now: () => clock,
+      retentionMs: 30 * day,
+    });
+    const [k, plain] = [key(), key()];
+    const expiresAt = async (recordKey: string) =>
+      ((await store.get(recordKey)) as unknown as Record<string, unknown> | undefined)?.expires_at;
+    // Act / Assess: the claim sets it, the final write a day later moves it
+    await kept.claim(k, { owner: 'a', ...lease });
+    expect(await expiresAt(k)).toBe(Math.ceil((clock + 30 * day) / 1000));
+    clock += day;
+    await kept.finish(k, 'a', { status: 'submitted', reason: 'OK', attempts: 1 });
+    expect(await expiresAt(k)).toBe(Math.ceil((clock + 30 * day) / 1000));
+    await store.claim(plain, { owner: 'a', ...lease });
+    await store.finish(plain, 'a', { status: 'submitted', reason: 'OK', attempts: 1 });
+    expect(await expiresAt(plain)).toBeUndefined();
+  });
+
   it('lets a stopped record be claimed again and adds up attempts over claims', async () => {
     const k = key();
     await store.claim(k, { owner: 'a', ...lease });

@@ -95,6 +95,17 @@ describe('worker config', () => {
     expect(() => readWorkerConfig({ ...env, CHAIN_SECONDS: '901' })).toThrow(/^CHAIN_SECONDS/);
   });
 
+  it('reads OUTCOME_RETENTION_DAYS: rows kept for ever when unset, refused below 1 or when not whole', () => {
+    expect(readWorkerConfig(env).outcomeRetentionDays).toBeUndefined();
+    expect(readWorkerConfig({ ...env, OUTCOME_RETENTION_DAYS: '90' }).outcomeRetentionDays).toBe(90);
+    expect(() => readWorkerConfig({ ...env, OUTCOME_RETENTION_DAYS: '0' })).toThrow(
+      /^OUTCOME_RETENTION_DAYS/,
+    );
+    expect(() => readWorkerConfig({ ...env, OUTCOME_RETENTION_DAYS: '1.5' })).toThrow(
+      /^OUTCOME_RETENTION_DAYS/,
+    );
+  });
+
   it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {
     expect(readWorkerConfig({ ...env, TIME_SCALE: '1' }).retryDelaySeconds).toBe(30);
     expect(readWorkerConfig({ ...env, TIME_SCALE: '0.01' }).retryDelaySeconds).toBe(1);
