@@ -31,6 +31,7 @@ export interface MetricDatum {
 export interface MetricAlarm {
   AlarmName: string;
   StateValue: 'OK' | 'ALARM' | 'INSUFFICIENT_DATA';
+  StateReason?: string;
   Namespace?: string;
   MetricName?: string;
   Dimensions?: Dimension[];

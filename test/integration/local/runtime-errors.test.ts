@@ -5,7 +5,7 @@ import { CreateEventSourceMappingCommand, CreateFunctionCommand } from '@aws-sdk
 import { CreateQueueCommand, GetQueueAttributesCommand, SendMessageBatchCommand } from '@aws-sdk/client-sqs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { clientConfig } from '../../../local/emulator/deploy.js';
-import { addAwsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
+import { addAwsFaults, awsFaults, clearAwsFaults } from '../../../local/emulator/fault-client.js';
 import { MOTO_ACCOUNT, MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
 import { writeZip } from '../../../local/emulator/zip.js';
 import { EmulatorCloudWatch } from '../../../local/runtime/cloudwatch/client.js';
@@ -180,7 +180,8 @@ describe("the local runtime's Lambda metrics and alarms", () => {
       ],
     });
     runtime = await fn.start();
-    const before = await runtime.evaluateAlarms();
+    await runtime.evaluateAlarms();
+    const before = await stateOf(errorsAlarm.AlarmName);
 
     // Act: two clean invocations and one that throws
     await fn.send(['ok', 'ok', 'throw']);
@@ -188,13 +189,10 @@ describe("the local runtime's Lambda metrics and alarms", () => {
       'three invocations',
       () => (statsOf(fn.name)?.invocations ?? 0) >= 3 && statsOf(fn.name)?.inFlight === 0,
     );
-    const after = await runtime.evaluateAlarms();
+    await runtime.evaluateAlarms();
 
-    // Assess
-    expect(before.map((c) => c.alarmName)).not.toContain(errorsAlarm.AlarmName);
-    expect(after).toEqual([
-      expect.objectContaining({ alarmName: errorsAlarm.AlarmName, from: 'OK', to: 'ALARM' }),
-    ]);
+    // Assess (the state read back: the runtime's own 10 s evaluation may have made the change)
+    expect(before).toBe('OK');
     expect(await stateOf(errorsAlarm.AlarmName)).toBe('ALARM');
     expect(await stateOf(`${fn.name}-math`)).toBe('OK');
     expect(await lambdaSum(fn.name, 'Invocations')).toBe(3);
@@ -210,14 +208,13 @@ describe("the local runtime's Lambda metrics and alarms", () => {
     runtime = await fn.start();
     await addAwsFaults(moto.endpoint, [{ operation: 'PutMetricData', times: 1 }]);
 
-    // Act: two invocations published through a failed call, then one more published by the stop
+    // Act: two invocations whose first PutMetricData fails, then one more published by the stop
     await fn.send(['ok', 'ok']);
     await waitFor(
       'two invocations',
       () => statsOf(fn.name)?.invocations === 2 && statsOf(fn.name)?.inFlight === 0,
     );
     await runtime.metrics.flush();
-    const afterFailure = await lambdaSum(fn.name, 'Invocations');
     await runtime.metrics.flush();
     const afterRetry = await lambdaSum(fn.name, 'Invocations');
     await fn.send(['ok']);
@@ -227,8 +224,8 @@ describe("the local runtime's Lambda metrics and alarms", () => {
     );
     await runtime.stop();
 
-    // Assess
-    expect(afterFailure).toBeUndefined();
+    // Assess (whichever flush met the fault, the runtime's own every 5 s or the test's)
+    expect((await awsFaults(moto.endpoint)).map((r) => r.failed)).toEqual([1]);
     expect(afterRetry).toBe(2);
     expect(await lambdaSum(fn.name, 'Invocations')).toBe(3);
     expect(await lambdaSum(fn.name, 'Errors')).toBe(0);
