@@ -39,9 +39,10 @@ export interface OutcomeStreamAlarms {
 }
 
 /**
- * Alarms and the dashboard. Nothing here is referenced by another resource: moto (the local
- * stack) skips AWS::CloudWatch::Alarm, and a Ref or GetAtt to a skipped resource fails the
- * deploy — so no alarm widgets and no composite alarms.
+ * Alarms and the dashboard. Nothing here is referenced by another resource: moto's
+ * CloudFormation (the local stack) has no alarms of its own; its launcher puts them
+ * (local/emulator/stack_alarms.py) with a Ref but no GetAtt, and skips composite alarms, and a
+ * GetAtt to an alarm fails the deploy — so no alarm widgets and no composite alarms.
  */
 export class Monitoring extends Construct {
   readonly dlqNotEmpty: cloudwatch.Alarm;

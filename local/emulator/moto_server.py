@@ -18,6 +18,9 @@ a delete must not undo another delete or drop a send).
 It serves HTTP/1.1 keep-alive (_KeepAliveHandler below): werkzeug's development server closes
 every connection after its answer, so each call paid a connection and a server thread.
 
+moto's CloudFormation skips AWS::CloudWatch::Alarm; stack_alarms.py (beside it) puts the stack's
+alarms, which moto stores but never evaluates (the local runtime does).
+
 It also answers one route of its own, WAKE_PATH, for the local runtime's pollers: a wait that
 returns when a queue has visible messages or an event source mapping's settings change, without
 receiving anything (see _wake below). faults.py (beside it) adds routes that make chosen calls
@@ -59,6 +62,8 @@ try:
     )
     from moto.sqs import models as sqs_models
     from werkzeug.serving import WSGIRequestHandler, make_server
+
+    import stack_alarms  # noqa: F401  beside this file: moto's CloudFormation gets the stack's alarms
 except ImportError as exc:  # pragma: no cover - depends on the machine
     sys.stderr.write(
         "threadgate: python3 cannot import moto's server (%s).\n"

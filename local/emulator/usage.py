@@ -274,7 +274,7 @@ def _service_of(environ, target):
         prefix = target.split(".", 1)[0]
         for marker, name in (("DynamoDBStreams", "dynamodbstreams"), ("DynamoDB", "dynamodb"), ("AmazonSQS", "sqs"),
                              ("AmazonSSM", "ssm"), ("secretsmanager", "secretsmanager"), ("AWSEvents", "events"),
-                             ("Logs", "logs")):
+                             ("Logs", "logs"), ("GraniteServiceVersion", "cloudwatch")):
             if prefix.startswith(marker):
                 return name
         return prefix.lower()

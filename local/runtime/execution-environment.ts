@@ -1,5 +1,6 @@
 import { fork } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { Readable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
 import { type CpuShare, cpuShareWanted, limitCpu } from './cpu-share.js';
@@ -19,6 +20,31 @@ interface EnvironmentChannel {
   terminate(): Promise<number>;
   /** Lambda's CPU share for the environment's process (process isolation with THREADGATE_LOCAL_CPU=lambda). */
   readonly cpu?: CpuShare;
+  /** The environment's own process (process isolation), whose memory is measured and enforced. */
+  readonly pid?: number;
+}
+
+/** How often a process-isolated environment's peak RSS is read while it runs an invocation. */
+const MEMORY_POLL_MS = 100;
+
+/** Process `pid`'s peak RSS in bytes (VmHWM, what Lambda's Max Memory Used reports), or undefined once it is gone or off Linux. */
+function peakRssOf(pid: number): number | undefined {
+  try {
+    const hwm = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return hwm ? Number(hwm[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Lambda's words for an environment that ended under an invocation (errorType Runtime.ExitError):
+ * "signal: killed" for a kill from outside (out of memory, a crash of the host: SIGKILL, or a
+ * thread terminated by `kill`), else the signal or the exit status.
+ */
+function exitMessage(code: number | null, signal: string | null | undefined, killed: boolean): string {
+  if (killed || signal === 'SIGKILL') return 'Runtime exited with error: signal: killed';
+  return `Runtime exited with error: ${signal ? `signal: ${signal}` : `exit status ${code}`}`;
 }
 
 function threadChannel(env: Record<string, string>, data: unknown): EnvironmentChannel {
@@ -60,6 +86,7 @@ function processChannel(
   if (cpu) child.once('exit', () => cpu.remove());
   return {
     cpu,
+    pid: child.pid,
     post: (m) => child.send(m as never),
     on: (event, listener) => child.on(event, listener),
     stdout: child.stdout,
@@ -82,6 +109,10 @@ export class ExecutionEnvironment {
   private readonly ready: Promise<{ errorType: string; errorMessage: string } | undefined>;
   private markReady: (error?: { errorType: string; errorMessage: string }) => void = () => undefined;
   dead = false;
+  /** Killed from outside (`kill`): its invocation ends as Lambda reports a killed environment. */
+  private killed = false;
+  /** Its process's peak RSS when it was killed for passing the memory size (bytes). */
+  private killedAtRss: number | undefined;
 
   constructor(
     readonly fn: DeployedFunction,
@@ -157,11 +188,16 @@ export class ExecutionEnvironment {
       if (!this.pending) return;
       const { resolve } = this.pending;
       this.pending = undefined;
-      resolve({ ok: false, error: { errorType, errorMessage } });
+      resolve({
+        ok: false,
+        error: { errorType, errorMessage },
+        ...(this.killedAtRss === undefined ? {} : { killedAtRss: this.killedAtRss }),
+      });
     };
     this.worker.on('error', (err: Error) => fail('Runtime.ExitError', errorMessage(err)));
-    this.worker.on('exit', (code: number | null) =>
-      fail('Runtime.ExitError', `execution environment exited with code ${code}`),
+    // A thread's exit gives its code; a process's its code and signal.
+    this.worker.on('exit', (code: number | null, signal?: NodeJS.Signals | null) =>
+      fail('Runtime.ExitError', exitMessage(code, signal, this.killed)),
     );
   }
 
@@ -216,8 +252,10 @@ export class ExecutionEnvironment {
     const timeoutMs = this.fn.timeoutSeconds * 1000;
     const deadlineMs = Date.now() + timeoutMs;
     return new Promise<InvokeResult>((resolve) => {
+      const unwatch = this.watchMemory();
       const timer = setTimeout(() => {
         if (this.pending?.id !== requestId) return;
+        unwatch();
         this.pending = undefined;
         this.dead = true;
         void this.worker.terminate();
@@ -234,6 +272,7 @@ export class ExecutionEnvironment {
         id: requestId,
         resolve: (r) => {
           clearTimeout(timer);
+          unwatch();
           resolve(r);
         },
       };
@@ -254,6 +293,37 @@ export class ExecutionEnvironment {
         },
       });
     });
+  }
+
+  /**
+   * Lambda stops an environment whose memory passes the function's memory size. A process-isolated
+   * environment's peak RSS is read every MEMORY_POLL_MS while it runs an invocation, and it is
+   * killed once the peak passes the size. A worker thread has no memory of its own to measure:
+   * nothing is enforced on it. Returns what stops the watch.
+   */
+  private watchMemory(): () => void {
+    const pid = this.worker.pid;
+    if (pid === undefined) return () => undefined;
+    const limit = this.fn.memorySize * 1024 * 1024;
+    const timer = setInterval(() => {
+      const peak = peakRssOf(pid);
+      if (peak === undefined || peak <= limit) return;
+      clearInterval(timer);
+      this.killedAtRss = peak;
+      this.memory.peakOsRss = Math.max(this.memory.peakOsRss, peak);
+      void this.kill();
+    }, MEMORY_POLL_MS);
+    return () => clearInterval(timer);
+  }
+
+  /**
+   * Kills the environment from outside, as the platform does on an out-of-memory kill or a crash:
+   * SIGKILL to its process, or its thread terminated. An invocation it runs fails with
+   * Runtime.ExitError ("signal: killed") and counts as an Error of the function.
+   */
+  kill(): Promise<number> {
+    this.killed = true;
+    return this.terminate();
   }
 
   terminate(): Promise<number> {

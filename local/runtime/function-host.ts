@@ -103,14 +103,27 @@ export class FunctionHost {
     this.idle.push(...fresh.filter((e) => !e.dead));
   }
 
-  /** Like Lambda's REPORT line, with the environment's own heap in place of its max memory used. */
-  private noteMemory(env: ExecutionEnvironment, requestId: string): void {
+  /**
+   * Like Lambda's REPORT line, with the environment's own heap in place of its max memory used;
+   * for an environment killed for its memory, Lambda's own (Max Memory Used is the memory size)
+   * after what was measured.
+   */
+  private noteMemory(env: ExecutionEnvironment, requestId: string, killedAtRss: number | undefined): void {
     const m = env.memory;
-    if (!m.last) return;
     const mb = (b: number) => (b / 1048576).toFixed(1);
-    this.log.line(
-      `${env.id} REPORT RequestId: ${requestId} Heap Used: ${mb(m.last.heapUsed)} MB Peak Heap Total: ${mb(m.peakHeapTotal)} MB Peak External: ${mb(m.peakExternal)} MB Process RSS: ${mb(m.last.rss)} MB${env.isolation === 'process' ? ` Max Memory Used: ${mb(m.peakOsRss)} MB` : ''}`,
-    );
+    const size = env.fn.memorySize;
+    if (killedAtRss !== undefined) {
+      this.log.line(
+        `${env.id} memory: peak RSS ${mb(killedAtRss)} MB passed the memory size ${size} MB: killed`,
+      );
+      this.log.line(
+        `${env.id} REPORT RequestId: ${requestId} Memory Size: ${size} MB Max Memory Used: ${size} MB`,
+      );
+    } else if (m.last) {
+      this.log.line(
+        `${env.id} REPORT RequestId: ${requestId} Heap Used: ${mb(m.last.heapUsed)} MB Peak Heap Total: ${mb(m.peakHeapTotal)} MB Peak External: ${mb(m.peakExternal)} MB Process RSS: ${mb(m.last.rss)} MB${env.isolation === 'process' ? ` Max Memory Used: ${mb(m.peakOsRss)} MB` : ''}`,
+      );
+    } else return;
     let entry = this.seen.get(env.id);
     if (!entry) {
       entry = { id: env.id, peakHeapUsed: 0, peakHeapTotal: 0, peakExternal: 0 };
@@ -123,8 +136,8 @@ export class FunctionHost {
       peakExternal: m.peakExternal,
       invocations: m.invocations,
       ...(env.isolation === 'process' ? { peakRss: m.peakOsRss } : {}),
-      ...(m.last.cpuMicros !== undefined ? { cpuSeconds: m.last.cpuMicros / 1e6 } : {}),
-      ...(m.last.loopDelay ? { loopDelay: m.last.loopDelay } : {}),
+      ...(m.last?.cpuMicros !== undefined ? { cpuSeconds: m.last.cpuMicros / 1e6 } : {}),
+      ...(m.last?.loopDelay ? { loopDelay: m.last.loopDelay } : {}),
       ...(env.cpu
         ? { cpuShare: { share: env.cpu.share, error: env.cpu.error, ...env.cpu.throttled() } }
         : {}),
@@ -143,10 +156,13 @@ export class FunctionHost {
     this.stats.maxInFlight = Math.max(this.stats.maxInFlight, this.stats.inFlight);
     this.log.line(`${env.id} START RequestId: ${requestId}`);
     const started = Date.now();
+    let killedAtRss: number | undefined;
     try {
       const result = await env.invoke(event, requestId, this.runtime.region);
+      killedAtRss = result.killedAtRss;
       if (!result.ok) {
         this.stats.errors++;
+        this.runtime.metrics.count(this.name, 'Errors');
         if (result.timedOut) {
           this.stats.timeouts++;
           this.runtime.emit({ type: 'timeout', functionName: this.name, timeoutSeconds: fn.timeoutSeconds });
@@ -164,11 +180,34 @@ export class FunctionHost {
     } finally {
       this.stats.inFlight--;
       this.busy.delete(env);
+      this.runtime.metrics.count(this.name, 'Invocations');
       this.log.line(`${env.id} END RequestId: ${requestId} Duration: ${Date.now() - started} ms`);
-      this.noteMemory(env, requestId);
+      this.noteMemory(env, requestId, killedAtRss);
       if (!env.dead && this.fn === fn && !this.runtime.stopped) this.idle.push(env);
       else void env.terminate();
     }
+  }
+
+  /** A scheduled invocation refused for want of reserved concurrency (Lambda's Throttles). */
+  throttled(): void {
+    this.stats.throttles++;
+    this.runtime.metrics.count(this.name, 'Throttles');
+  }
+
+  /**
+   * Kills execution environments from outside, as the platform does on an out-of-memory kill or
+   * a crash (ExecutionEnvironment.kill): `busy` true only those running an invocation (each
+   * fails with Runtime.ExitError and counts as an Error; its messages come back as their
+   * visibility says), false only idle ones, unset both; at most `max` of them. Returns how many
+   * it killed. Later invocations get new environments.
+   */
+  async kill(which: { busy?: boolean; max?: number } = {}): Promise<number> {
+    const candidates =
+      which.busy === undefined ? [...this.busy, ...this.idle] : which.busy ? [...this.busy] : [...this.idle];
+    const chosen = candidates.slice(0, which.max ?? candidates.length);
+    this.idle = this.idle.filter((e) => !chosen.includes(e));
+    await Promise.all(chosen.map((e) => e.kill()));
+    return chosen.length;
   }
 
   async stop(): Promise<void> {

@@ -17,6 +17,9 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { capInForce } from '../../functions/pipeline/cap-policy.js';
 import { RUNTIME_USER_AGENT } from '../emulator/usage.js';
+import { type AlarmChange, AlarmEvaluator } from './cloudwatch/alarms.js';
+import { EmulatorCloudWatch } from './cloudwatch/client.js';
+import { LambdaMetrics } from './cloudwatch/metrics.js';
 import { CodeCache } from './code-cache.js';
 import { FunctionHost } from './function-host.js';
 import { LogSink, Redactions, secretNamesIn } from './log-sink.js';
@@ -33,6 +36,7 @@ import {
   type RuntimeStats,
 } from './types.js';
 
+export type { AlarmChange } from './cloudwatch/alarms.js';
 export { succeededMessageIds, toSqsRecord } from './pollers/sqs-event.js';
 export { ratePeriodMs } from './rule-timer.js';
 export type {
@@ -59,19 +63,24 @@ export type {
  *   event and context shapes, the function timeout (the thread is terminated) and partial
  *   batch responses (only the successful messages are deleted); redelivery is left to the
  *   queue's visibility timeout and redrive policy;
- * - scheduled rules (`rate(...)`) fire their Lambda targets at rate × `timeScale`.
+ * - scheduled rules (`rate(...)`) fire their Lambda targets at rate × `timeScale`;
+ * - Lambda's metrics of each function go to the emulator's CloudWatch, and its metric alarms are
+ *   evaluated every ALARM_EVALUATION_MS (cloudwatch/: moto evaluates none).
  *
  * Function output goes to `<logDir>/<function>.log`, never to the console.
  *
  * One class per file under local/runtime/: SqsPoller (the mapping's poller), RuleTimer (the
  * scheduler), FunctionHost (a function's configuration and environments), ExecutionEnvironment
- * (one worker thread), CodeCache (the unzipped bundles), LogSink (redacted log files). This file
- * is the only one that imports them; each gets a RuntimeContext (types.ts) and callbacks.
+ * (one worker thread), CodeCache (the unzipped bundles), LogSink (redacted log files),
+ * LambdaMetrics and AlarmEvaluator (CloudWatch). This file is the only one that imports them;
+ * each gets a RuntimeContext (types.ts) and callbacks.
  */
 
 const DEFAULT_REFRESH_MS = 500;
 /** With every queue mapping watched, the full re-read runs every this many refresh periods. */
 const WATCHED_REFRESH_FACTOR = 10;
+/** How often the alarms are evaluated: wall-clock, as CloudWatch's (not scaled by `timeScale`). */
+const ALARM_EVALUATION_MS = 10_000;
 
 export class LocalRuntime implements RuntimeContext {
   readonly lambda: LambdaClient;
@@ -91,6 +100,11 @@ export class LocalRuntime implements RuntimeContext {
   /** Endpoint, region and credentials of the emulator, for clients the pollers make. */
   readonly clientConfig: ClientConfig;
   stopped = false;
+  /** Lambda's metrics of the functions, published to the emulator's CloudWatch. */
+  readonly metrics: LambdaMetrics;
+  private readonly alarms: AlarmEvaluator;
+  private alarmTimer: NodeJS.Timeout | undefined;
+  private evaluation: Promise<unknown> = Promise.resolve();
   private readonly hosts = new Map<string, FunctionHost>();
   private readonly pollers = new Map<string, SqsPoller>();
   private readonly streamPollers = new Map<string, StreamPoller>();
@@ -125,6 +139,10 @@ export class LocalRuntime implements RuntimeContext {
     this.secrets = new SecretsManagerClient(clientConfig);
     this.redactions = new Redactions(options.redact);
     this.runtimeLog = new LogSink(join(options.logDir, 'runtime.log'), this.redactions);
+    const cloudwatch = new EmulatorCloudWatch(clientConfig);
+    const log = (line: string) => this.runtimeLog.line(line);
+    this.metrics = new LambdaMetrics(cloudwatch, log);
+    this.alarms = new AlarmEvaluator(cloudwatch, log);
     this.code = new CodeCache({
       s3: this.s3,
       cacheRoot: options.codeCacheDir ?? join(options.logDir, 'code'),
@@ -137,7 +155,48 @@ export class LocalRuntime implements RuntimeContext {
     const runtime = new LocalRuntime(options);
     await runtime.refresh(options.prewarm ?? false);
     runtime.scheduleRefresh();
+    runtime.alarmTimer = setInterval(() => {
+      runtime.evaluateAlarms().catch((err) => {
+        if (!runtime.stopped) runtime.emit({ type: 'error', where: 'alarms', message: errorMessage(err) });
+      });
+    }, ALARM_EVALUATION_MS);
     return runtime;
+  }
+
+  /**
+   * Publishes the Lambda metrics counted so far, then evaluates every metric alarm once
+   * (cloudwatch/alarms.ts); runs every ALARM_EVALUATION_MS, and a test calls it to see the
+   * alarms now. One evaluation at a time. Returns the state changes it made.
+   */
+  evaluateAlarms(): Promise<AlarmChange[]> {
+    const run = this.evaluation.then(async () => {
+      await this.metrics.flush();
+      return this.alarms.evaluate();
+    });
+    this.evaluation = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Kills execution environments from outside, as Lambda's platform does on an out-of-memory
+   * kill or a crash: of `functionName` (every function when undefined), only busy ones
+   * (`busy: true`: each invocation fails with Runtime.ExitError and counts as an Error) or only
+   * idle ones (`busy: false`), at most `max`. Returns how many it killed.
+   */
+  async killEnvironments(
+    functionName: string | undefined,
+    which: { busy?: boolean; max?: number } = {},
+  ): Promise<number> {
+    let left = which.max ?? Number.POSITIVE_INFINITY;
+    let killed = 0;
+    for (const [name, host] of this.hosts) {
+      if (left <= 0) break;
+      if (functionName !== undefined && name !== functionName) continue;
+      const n = await host.kill({ busy: which.busy, max: left });
+      killed += n;
+      left -= n;
+    }
+    return killed;
   }
 
   emit(event: RuntimeEvent): void {
@@ -310,10 +369,14 @@ export class LocalRuntime implements RuntimeContext {
     if (this.stopped) return;
     this.stopped = true;
     if (this.refreshTimer) clearTimeout(this.refreshTimer);
+    clearInterval(this.alarmTimer);
     for (const r of this.rules.values()) r.stop();
     await this.refreshing?.catch(() => undefined);
     await Promise.all([...this.hosts.values()].map((h) => h.stop()));
     await Promise.all([...this.pollers.values(), ...this.streamPollers.values()].map((p) => p.stop()));
+    // The invocations cut off above count too: the last metrics go out before the log closes.
+    await this.evaluation;
+    await this.metrics.stop();
     await this.runtimeLog.close();
   }
 }

@@ -67,7 +67,7 @@ export class RuleTimer {
       const host = functionName ? this.hostFor(functionName) : undefined;
       if (!host?.fn) continue;
       if (!host.hasCapacity()) {
-        host.stats.throttles++;
+        host.throttled();
         continue;
       }
       const event = target.Input

@@ -185,7 +185,12 @@ export interface InvokeResult {
   payload?: unknown;
   error?: { errorType: string; errorMessage: string };
   timedOut?: boolean;
+  /** The environment was killed for passing the function's memory size: its process's peak RSS then (bytes). */
+  killedAtRss?: number;
 }
+
+/** Lambda's own metrics of a function that the runtime publishes (AWS/Lambda, dimension FunctionName). */
+export type LambdaMetricName = 'Invocations' | 'Errors' | 'Throttles';
 
 export interface DeployedFunction {
   name: string;
@@ -243,4 +248,6 @@ export interface RuntimeContext {
   readonly stopped: boolean;
   /** Reports an event to the runtime's owner (errors also go to runtime.log). */
   emit(event: RuntimeEvent): void;
+  /** Lambda's metrics of the functions (cloudwatch/metrics.ts): one more of `metric`. */
+  readonly metrics: { count(functionName: string, metric: LambdaMetricName): void };
 }

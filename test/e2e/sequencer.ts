@@ -3,8 +3,8 @@ import { basename } from 'node:path';
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
- * The files that wait out a lease window (lease-expiry.test.ts and crash-cap.test.ts: most of
- * their 200-300 s with nothing to do but wait) first, so its wait overlaps the others' work from the start instead
+ * The files that wait out a lease window (WAITS_OUT_LEASES: most of their 200-300 s with nothing
+ * to do but wait) first, so its wait overlaps the others' work from the start instead
  * of running late, alone, at the tail. Then the e2e files that share one deployed stack
  * (test/e2e/harness.ts `sharedE2eStack`) back to back, the rest after them in vitest's own
  * order (slowest first). A worker reuses its process, and so its stack, only when the next file
@@ -36,9 +36,10 @@ export function isLongest(file: TestSpecification): boolean {
 /**
  * The e2e files whose records wait out a claim's lease (crashes: their messages come back after
  * it). crash-cap.test.ts's kills at time scale 0.1 wait out a lease of about 4 minutes: started
- * last, it ran on alone at the tail of a fresh-clone run for minutes.
+ * last, it ran on alone at the tail of a fresh-clone run for minutes. worker-errors-alarm.test.ts's
+ * killed record waits out one (about 170 s) too.
  */
-const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'crash-cap.test.ts'];
+const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'crash-cap.test.ts', 'worker-errors-alarm.test.ts'];
 
 /** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
 export function waitsOutLeases(file: TestSpecification): boolean {
