@@ -36,10 +36,9 @@ export function isLongest(file: TestSpecification): boolean {
 /**
  * The e2e files whose records wait out a claim's lease (crashes: their messages come back after
  * it). crash-cap.test.ts's kills at time scale 0.1 wait out a lease of about 4 minutes: started
- * last, it ran on alone at the tail of a fresh-clone run for minutes. worker-errors-alarm.test.ts's
- * killed record waits out one (about 170 s) too.
+ * last, it ran on alone at the tail of a fresh-clone run for minutes.
  */
-const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'crash-cap.test.ts', 'worker-errors-alarm.test.ts'];
+const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'crash-cap.test.ts'];
 
 /** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
 export function waitsOutLeases(file: TestSpecification): boolean {
