@@ -1,8 +1,16 @@
 import { describe, it } from 'vitest';
 import { generatedRecords } from '../../local/stack/records.js';
 import { feedQueue } from '../../local/stack/run.js';
-import { allFinished, dlqCount, isFinal, outcomesOf, uniquePrefix, waitFor } from './harness.js';
-import { CAP, keysOf, LanesStack } from './lanes-stack.js';
+import {
+  allFinished,
+  dlqCount,
+  isFinal,
+  outcomesOf,
+  startE2eStack,
+  uniquePrefix,
+  waitFor,
+} from './harness.js';
+import { CAP, keysOf, LANES, LanesStack, PLAN, SETTINGS } from './lanes-stack.js';
 
 /**
  * The cap after a crash, where the tasks outlive it (the slot ledger, docs/design.md). At the
@@ -17,7 +25,7 @@ import { CAP, keysOf, LanesStack } from './lanes-stack.js';
  * tasks holding threads ≤ cap at every instant; at the target: at most one POST a record; and
  * every record ends, nothing in the DLQ.
  */
-describe('the cap after the whole fleet is killed mid-task (time scale 0.1)', () => {
+describe('the cap after a crash mid-task (time scale 0.1)', () => {
   it.concurrent.for([1, 4])(
     'lanes %i: tasks holding threads never above the cap at the CaptchaAI stand-in, at most one POST a record, every record ends',
     { timeout: 900_000 },
@@ -61,6 +69,66 @@ describe('the cap after the whole fleet is killed mid-task (time scale 0.1)', ()
       }
     },
   );
+
+  /**
+   * One invocation of L = 4 lanes killed while each of its lanes holds a task (the runtime's
+   * `killEnvironments`: SIGKILL of one environment, as an out-of-memory kill or a crash ends it), the
+   * other invocations left running. Reserved concurrency frees its slot at once and the mapping
+   * starts another invocation; without the ledger its four lanes submit beside the four orphans
+   * (16 for the cap of 12, as many as the stand-in's 14 threads let through: it counted 14, checked). With the ledger the
+   * dead invocation's lease holds its lanes until its tasks must be finished. Counted at the
+   * stand-in: tasks holding threads ≤ cap at every instant, and no record's task submitted while an
+   * earlier task of the same record still held a thread; at the target, at most one POST a record.
+   */
+  it.concurrent('one invocation of 4 lanes killed: tasks holding threads never above the cap, no record submitted again while its earlier task runs, at most one POST a record, every record ends', {
+    timeout: 900_000,
+  }, async ({ expect }) => {
+    const stack = await startE2eStack('crash-one', { ...PLAN, settings: SETTINGS, timeScale: 0.1 });
+    try {
+      // Prepare: tasks of 10.5–11.5 s (scaled), records fed as the queue drains
+      const runtime = stack.runtime!;
+      const worker = stack.outputs.WorkerFunctionName;
+      stack.captcha.setLatency({ recaptcha_v2: { minMs: 105_000, maxMs: 115_000 } });
+      stack.captcha.resetStats();
+      const bodies = generatedRecords(stack.site.url, stack.site.sitekey, 30, uniquePrefix('crash-one'));
+      const keys = keysOf(bodies);
+      const feeding = feedQueue(stack, stack.outputs.QueueUrl, bodies, { maxQueued: 16 });
+      // Act: kill one busy environment once every lane holds a task (bounded: a slow emulator
+      // delays the kill, and what is asserted below holds whatever was in flight)
+      const busy = Date.now() + 120_000;
+      while (stack.captcha.stats().inFlight < CAP && Date.now() < busy) await sleep(50);
+      const heldAtKill = stack.captcha.stats().inFlight;
+      const killed = await runtime.killEnvironments(worker, { busy: true, max: 1 });
+      await feeding;
+      await waitFor('every record', () => allFinished(stack, bodies), {
+        timeoutMs: 600_000,
+        intervalMs: 1_000,
+      });
+      // Assess
+      expect(killed, 'environments killed').toBe(1);
+      expect(heldAtKill, 'tasks holding threads when the invocation was killed').toBeGreaterThan(LANES);
+      expect(stack.captcha.stats().maxInFlight).toBeLessThanOrEqual(CAP);
+      const wire = stack.captcha.events(0).entries;
+      const early = keys.filter((key) => {
+        const mine = wire.filter((e) => e.record === key);
+        const tasks = mine.filter((e) => e.kind === 'in.php' && e.taskId !== undefined);
+        return tasks.slice(1).some((later, i) => {
+          const end = mine.find((e) => e.kind === 'task-end' && e.taskId === tasks[i]?.taskId);
+          return end === undefined || later.seq < end.seq;
+        });
+      });
+      expect(early, 'records submitted again while an earlier task of theirs held a thread').toEqual([]);
+      const rows = await outcomesOf(stack, keys);
+      expect(keys.filter((k) => !isFinal(rows.get(k)))).toEqual([]);
+      const posts = new Map<string, number>();
+      for (const e of stack.site.events(0).entries)
+        if (e.kind === 'post-received') posts.set(e.record, (posts.get(e.record) ?? 0) + 1);
+      expect(keys.filter((k) => (posts.get(k) ?? 0) > 1)).toEqual([]);
+      expect(await dlqCount(stack)).toBe(0);
+    } finally {
+      await stack.stop();
+    }
+  });
 });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
