@@ -1,9 +1,4 @@
-import {
-  DeleteFunctionConcurrencyCommand,
-  type LambdaClient,
-  PutFunctionConcurrencyCommand,
-  UpdateEventSourceMappingCommand,
-} from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { ThreadsInfo } from '../captchaai/types.js';
 import { type Env, optionalNumber, requireString } from '../common/env.js';
 import { ConfigError, StopClassError } from '../common/errors.js';
@@ -16,12 +11,11 @@ import {
   computeCap,
   describeClamp,
   MAX_MAPPING_MAX_CONCURRENCY,
-  MIN_MAPPING_MAX_CONCURRENCY,
-  mappingMaximumFor,
   maxCapClamp,
   readCap,
 } from './cap-policy.js';
 import { type PipelineControl, type PipelineState, stopReason } from './control.js';
+import { describeError as describe, KnobWriter } from './knobs.js';
 import {
   type LaneSettings,
   type LaneShape,
@@ -351,101 +345,6 @@ function externalThreads(
   return external;
 }
 
-/** Writes the worker's two concurrency knobs toward `cap`, keeping what it wrote in `after`. */
-class KnobWriter {
-  readonly after: CapKnobs;
-  changed = false;
-  /** PutFunctionConcurrency hit the account's unreserved minimum. */
-  reservedFallback = false;
-
-  constructor(
-    private readonly deps: AdjustCapDeps,
-    private readonly logger: LogSink,
-    private readonly before: CapKnobs,
-    private readonly mappingUuid: string,
-    /** The value the knobs are written toward. */
-    private cap: number,
-  ) {
-    this.after = { ...before };
-  }
-
-  /**
-   * Lowering: the mapping first; raising: the reservation first, so reserved >= mapping maximum.
-   * `target`: the value both knobs take, the cap (one lane) or r (lanes).
-   */
-  async apply(effectiveBefore: number | undefined, target = this.cap): Promise<void> {
-    this.cap = target;
-    if (effectiveBefore !== undefined && this.cap < effectiveBefore) {
-      await this.setMapping();
-      await this.setReserved();
-      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
-      // keeps the mapping minimum when the reservation failed.
-      await this.setMapping();
-    } else {
-      await this.setReserved();
-      await this.setMapping();
-    }
-  }
-
-  private async setReserved(): Promise<void> {
-    const { cap, deps, after } = this;
-    if (this.before.reservedConcurrency === cap) return;
-    try {
-      await deps.lambda.send(
-        new PutFunctionConcurrencyCommand({
-          FunctionName: deps.workerFunctionName,
-          ReservedConcurrentExecutions: cap,
-        }),
-      );
-      after.reservedConcurrency = cap;
-      this.changed = true;
-    } catch (err) {
-      if (!isUnreservedMinimumError(err)) throw err;
-      this.reservedFallback = true;
-      // A smaller reservation left in place would throttle below the mapping maximum and burn
-      // receive counts, so drop it and let the mapping maximum alone hold the cap.
-      if (this.before.reservedConcurrency !== undefined) {
-        await deps.lambda.send(
-          new DeleteFunctionConcurrencyCommand({ FunctionName: deps.workerFunctionName }),
-        );
-        after.reservedConcurrency = undefined;
-        this.changed = true;
-      }
-      this.logger.warn(
-        'cannot reserve concurrency for the worker (account unreserved minimum); the mapping maximum alone limits it',
-        {
-          cap,
-          error: describe(err),
-          ...(cap < MIN_MAPPING_MAX_CONCURRENCY
-            ? {
-                note: `a cap of ${cap} cannot be held by the mapping alone; it allows ${MIN_MAPPING_MAX_CONCURRENCY}`,
-              }
-            : {}),
-        },
-      );
-    }
-  }
-
-  private async setMapping(): Promise<void> {
-    const { after } = this;
-    // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
-    const wanted = mappingMaximumFor(
-      this.cap,
-      !this.reservedFallback && after.reservedConcurrency !== undefined,
-    );
-    if (after.mappingMaximum === wanted) return;
-    await this.deps.lambda.send(
-      new UpdateEventSourceMappingCommand({
-        UUID: this.mappingUuid,
-        // Never Enabled: a paused pipeline stays paused. `{}` removes the maximum.
-        ScalingConfig: wanted === undefined ? {} : { MaximumConcurrency: wanted },
-      }),
-    );
-    after.mappingMaximum = wanted;
-    this.changed = true;
-  }
-}
-
 async function pauseFor(
   deps: AdjustCapDeps,
   state: PipelineState,
@@ -470,15 +369,6 @@ async function pauseFor(
   return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: false };
 }
 
-/** "…decreases account's UnreservedConcurrentExecution below its minimum value of [100]." */
-export function isUnreservedMinimumError(err: unknown): boolean {
-  const e = err as { name?: string; message?: string };
-  return (
-    (e.name === 'InvalidParameterValueException' || e.name === 'LimitExceededException') &&
-    /UnreservedConcurrentExecution/i.test(e.message ?? '')
-  );
-}
-
 /** The mapping or function is mid-update; the same write succeeds a little later. */
 function isBusyError(err: unknown): boolean {
   const name = (err as { name?: string }).name;
@@ -487,14 +377,6 @@ function isBusyError(err: unknown): boolean {
     name === 'ResourceConflictException' ||
     name === 'TooManyRequestsException'
   );
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code;
-    return `${err.name}${typeof code === 'string' ? ` ${code}` : ''}: ${err.message}`;
-  }
-  return String(err);
 }
 
 const silentLogger: LogSink = { info() {}, warn() {} };
