@@ -27,6 +27,7 @@ import {
   sameShape,
   solvesInForce,
 } from './lanes.js';
+import type { SlotLedger } from './ledger.js';
 
 /**
  * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
@@ -117,6 +118,11 @@ export interface AdjustCapDeps {
    * through `control`. Unset or lanes 1: the knobs hold the cap, as with one task per invocation.
    */
   lanes?: { lanes: number; workerTimeoutMs: number; settleMs: number; now?: () => number };
+  /**
+   * The slot ledger (./ledger.ts): it gets the plan's cap first, before any knob or the shape
+   * (see {@link writeLedgerCap}).
+   */
+  ledger?: Pick<SlotLedger, 'setCap'>;
   metrics?: MetricSink;
   logger?: LogSink;
 }
@@ -221,6 +227,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   const cap = computeCap(info.threads, settings);
   reportClamp(info.threads, settings, { logger, metric });
   const external = externalThreads(info, cap, effectiveBefore, { reserve: settings.reserve, logger, metric });
+  await writeLedgerCap(deps, cap, logger);
 
   const lanes = deps.lanes && deps.lanes.lanes > 1 ? deps.lanes : undefined;
   let shape: PublishedShape | undefined;
@@ -303,6 +310,28 @@ async function applyShape(
     if (step.kind === 'publish-then-knobs') await writer.apply(effectiveBefore, target.r);
   }
   return sameShape(current, step.publish) && current ? current : step.publish;
+}
+
+/**
+ * The plan's cap to the slot ledger, before anything else of the run. threadsinfo has said it, so
+ * it holds at CaptchaAI now; the knobs and the shape only follow it. Written first, a fall bounds
+ * every lease taken after it: an invocation the drain counts as new (started after the shape's
+ * `startedBefore`, taken from the clock after this write) takes its lanes under the new cap with
+ * every lane still held counted, however long the knobs and the shape then take to land. Written
+ * after them, a new invocation that took its lease before the write got its whole L under the
+ * old cap beside the drain's lanes. A failed write is logged: the knobs still move, and the next
+ * run writes again.
+ */
+async function writeLedgerCap(deps: AdjustCapDeps, cap: number, logger: LogSink): Promise<void> {
+  if (!deps.ledger) return;
+  try {
+    await deps.ledger.setCap(cap);
+  } catch (err) {
+    logger.warn('could not write the cap to the slot ledger; the next run writes it again', {
+      cap,
+      error: describe(err),
+    });
+  }
 }
 
 /**
