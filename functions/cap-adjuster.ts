@@ -71,6 +71,7 @@ export const handler = async (
       workerFunctionName: config.workerFunctionName,
       readThreads: () => client.threadsInfo(),
       settings: config,
+      ...(ledger ? { ledger } : {}),
       ...(config.lanes > 1
         ? {
             lanes: {
@@ -86,7 +87,7 @@ export const handler = async (
         warn: (message, extra = {}) => logger.warn(message, extra),
       },
     });
-    if (ledger) await updateLedger(ledger, result);
+    if (ledger) await updateLedger(ledger);
     // A run that changes nothing is most runs (every minute, every 2 s on a time-scaled local
     // stack): debug, so the log shows what changed.
     if (result.outcome === 'unchanged')
@@ -99,16 +100,16 @@ export const handler = async (
 };
 
 /**
- * The cap as the slot ledger counts it (every run: one write unit a minute), and the lanes of
- * leases whose owners died freed once their tasks must be finished (a waiting invocation frees
- * them too; this does it when none waits). A failure is logged: the next run writes again.
+ * The lanes of leases whose owners died, freed once their tasks must be finished (a waiting
+ * invocation frees them too; this does it when none waits). The cap went to the ledger first
+ * thing in the run (adjustCap; every run: one write unit a minute). A failure is logged: the next
+ * run tries again.
  */
-async function updateLedger(ledger: SlotLedger, result: AdjustCapResult): Promise<void> {
+async function updateLedger(ledger: SlotLedger): Promise<void> {
   try {
-    if (result.outcome === 'changed' || result.outcome === 'unchanged') await ledger.setCap(result.cap);
     const { freed } = await ledger.reclaimExpired();
     if (freed > 0) logger.info('reclaimed the lanes of expired leases', { lanesFreed: freed });
   } catch (err) {
-    logger.warn('could not update the slot ledger', { errorName: (err as Error)?.name });
+    logger.warn('could not reclaim expired leases on the slot ledger', { errorName: (err as Error)?.name });
   }
 }

@@ -1,9 +1,4 @@
-import {
-  DeleteFunctionConcurrencyCommand,
-  type LambdaClient,
-  PutFunctionConcurrencyCommand,
-  UpdateEventSourceMappingCommand,
-} from '@aws-sdk/client-lambda';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { ThreadsInfo } from '../captchaai/types.js';
 import { type Env, optionalNumber, requireString } from '../common/env.js';
 import { ConfigError, StopClassError } from '../common/errors.js';
@@ -16,12 +11,11 @@ import {
   computeCap,
   describeClamp,
   MAX_MAPPING_MAX_CONCURRENCY,
-  MIN_MAPPING_MAX_CONCURRENCY,
-  mappingMaximumFor,
   maxCapClamp,
   readCap,
 } from './cap-policy.js';
 import { type PipelineControl, type PipelineState, stopReason } from './control.js';
+import { describeError as describe, KnobWriter } from './knobs.js';
 import {
   type LaneSettings,
   type LaneShape,
@@ -33,6 +27,7 @@ import {
   sameShape,
   solvesInForce,
 } from './lanes.js';
+import type { SlotLedger } from './ledger.js';
 
 /**
  * One run of the cap adjuster: threadsinfo → cap → the two knobs. The policy it applies (the
@@ -123,6 +118,11 @@ export interface AdjustCapDeps {
    * through `control`. Unset or lanes 1: the knobs hold the cap, as with one task per invocation.
    */
   lanes?: { lanes: number; workerTimeoutMs: number; settleMs: number; now?: () => number };
+  /**
+   * The slot ledger (./ledger.ts): it gets the plan's cap first, before any knob or the shape
+   * (see {@link writeLedgerCap}).
+   */
+  ledger?: Pick<SlotLedger, 'setCap'>;
   metrics?: MetricSink;
   logger?: LogSink;
 }
@@ -227,6 +227,7 @@ export async function adjustCap(deps: AdjustCapDeps): Promise<AdjustCapResult> {
   const cap = computeCap(info.threads, settings);
   reportClamp(info.threads, settings, { logger, metric });
   const external = externalThreads(info, cap, effectiveBefore, { reserve: settings.reserve, logger, metric });
+  await writeLedgerCap(deps, cap, logger);
 
   const lanes = deps.lanes && deps.lanes.lanes > 1 ? deps.lanes : undefined;
   let shape: PublishedShape | undefined;
@@ -312,6 +313,28 @@ async function applyShape(
 }
 
 /**
+ * The plan's cap to the slot ledger, before anything else of the run. threadsinfo has said it, so
+ * it holds at CaptchaAI now; the knobs and the shape only follow it. Written first, a fall bounds
+ * every lease taken after it: an invocation the drain counts as new (started after the shape's
+ * `startedBefore`, taken from the clock after this write) takes its lanes under the new cap with
+ * every lane still held counted, however long the knobs and the shape then take to land. Written
+ * after them, a new invocation that took its lease before the write got its whole L under the
+ * old cap beside the drain's lanes. A failed write is logged: the knobs still move, and the next
+ * run writes again.
+ */
+async function writeLedgerCap(deps: AdjustCapDeps, cap: number, logger: LogSink): Promise<void> {
+  if (!deps.ledger) return;
+  try {
+    await deps.ledger.setCap(cap);
+  } catch (err) {
+    logger.warn('could not write the cap to the slot ledger; the next run writes it again', {
+      cap,
+      error: describe(err),
+    });
+  }
+}
+
+/**
  * Says when maxCap holds the cap below what the plan allows: an idle thread is paid for, so a
  * clamp is the operator's deliberate act, never a silent one (metric and one warning a run).
  */
@@ -351,101 +374,6 @@ function externalThreads(
   return external;
 }
 
-/** Writes the worker's two concurrency knobs toward `cap`, keeping what it wrote in `after`. */
-class KnobWriter {
-  readonly after: CapKnobs;
-  changed = false;
-  /** PutFunctionConcurrency hit the account's unreserved minimum. */
-  reservedFallback = false;
-
-  constructor(
-    private readonly deps: AdjustCapDeps,
-    private readonly logger: LogSink,
-    private readonly before: CapKnobs,
-    private readonly mappingUuid: string,
-    /** The value the knobs are written toward. */
-    private cap: number,
-  ) {
-    this.after = { ...before };
-  }
-
-  /**
-   * Lowering: the mapping first; raising: the reservation first, so reserved >= mapping maximum.
-   * `target`: the value both knobs take, the cap (one lane) or r (lanes).
-   */
-  async apply(effectiveBefore: number | undefined, target = this.cap): Promise<void> {
-    this.cap = target;
-    if (effectiveBefore !== undefined && this.cap < effectiveBefore) {
-      await this.setMapping();
-      await this.setReserved();
-      // Again, now that the reservation is known: a cap of 1 drops the maximum once reserved,
-      // keeps the mapping minimum when the reservation failed.
-      await this.setMapping();
-    } else {
-      await this.setReserved();
-      await this.setMapping();
-    }
-  }
-
-  private async setReserved(): Promise<void> {
-    const { cap, deps, after } = this;
-    if (this.before.reservedConcurrency === cap) return;
-    try {
-      await deps.lambda.send(
-        new PutFunctionConcurrencyCommand({
-          FunctionName: deps.workerFunctionName,
-          ReservedConcurrentExecutions: cap,
-        }),
-      );
-      after.reservedConcurrency = cap;
-      this.changed = true;
-    } catch (err) {
-      if (!isUnreservedMinimumError(err)) throw err;
-      this.reservedFallback = true;
-      // A smaller reservation left in place would throttle below the mapping maximum and burn
-      // receive counts, so drop it and let the mapping maximum alone hold the cap.
-      if (this.before.reservedConcurrency !== undefined) {
-        await deps.lambda.send(
-          new DeleteFunctionConcurrencyCommand({ FunctionName: deps.workerFunctionName }),
-        );
-        after.reservedConcurrency = undefined;
-        this.changed = true;
-      }
-      this.logger.warn(
-        'cannot reserve concurrency for the worker (account unreserved minimum); the mapping maximum alone limits it',
-        {
-          cap,
-          error: describe(err),
-          ...(cap < MIN_MAPPING_MAX_CONCURRENCY
-            ? {
-                note: `a cap of ${cap} cannot be held by the mapping alone; it allows ${MIN_MAPPING_MAX_CONCURRENCY}`,
-              }
-            : {}),
-        },
-      );
-    }
-  }
-
-  private async setMapping(): Promise<void> {
-    const { after } = this;
-    // Without a reservation the mapping is the only limit, so it cannot be dropped for cap 1.
-    const wanted = mappingMaximumFor(
-      this.cap,
-      !this.reservedFallback && after.reservedConcurrency !== undefined,
-    );
-    if (after.mappingMaximum === wanted) return;
-    await this.deps.lambda.send(
-      new UpdateEventSourceMappingCommand({
-        UUID: this.mappingUuid,
-        // Never Enabled: a paused pipeline stays paused. `{}` removes the maximum.
-        ScalingConfig: wanted === undefined ? {} : { MaximumConcurrency: wanted },
-      }),
-    );
-    after.mappingMaximum = wanted;
-    this.changed = true;
-  }
-}
-
 async function pauseFor(
   deps: AdjustCapDeps,
   state: PipelineState,
@@ -470,15 +398,6 @@ async function pauseFor(
   return { outcome: 'paused', code, reason, before, inForce: 0, alreadyPaused: false };
 }
 
-/** "…decreases account's UnreservedConcurrentExecution below its minimum value of [100]." */
-export function isUnreservedMinimumError(err: unknown): boolean {
-  const e = err as { name?: string; message?: string };
-  return (
-    (e.name === 'InvalidParameterValueException' || e.name === 'LimitExceededException') &&
-    /UnreservedConcurrentExecution/i.test(e.message ?? '')
-  );
-}
-
 /** The mapping or function is mid-update; the same write succeeds a little later. */
 function isBusyError(err: unknown): boolean {
   const name = (err as { name?: string }).name;
@@ -487,14 +406,6 @@ function isBusyError(err: unknown): boolean {
     name === 'ResourceConflictException' ||
     name === 'TooManyRequestsException'
   );
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = (err as { code?: unknown }).code;
-    return `${err.name}${typeof code === 'string' ? ` ${code}` : ''}: ${err.message}`;
-  }
-  return String(err);
 }
 
 const silentLogger: LogSink = { info() {}, warn() {} };

@@ -27,12 +27,19 @@ export class LanesStack {
   readonly #runtimes: RuntimeProcess[] = [];
   private constructor(readonly stack: LocalStack) {}
 
-  /** `lanes` (default LANES) and `timeScale` (default the suite's 0.01) for a stack of other shape. */
-  static async start(name: string, o: { lanes?: number; timeScale?: number } = {}): Promise<LanesStack> {
+  /**
+   * `lanes` (default LANES), `timeScale` (default the suite's 0.01) and the plan's `threads`
+   * (default PLAN's; the reserve stays PLAN's) for a stack of other shape.
+   */
+  static async start(
+    name: string,
+    o: { lanes?: number; timeScale?: number; threads?: number } = {},
+  ): Promise<LanesStack> {
     const settings = { ...SETTINGS, lanes: o.lanes ?? LANES };
     const timeScale = o.timeScale === undefined ? {} : { timeScale: o.timeScale };
+    const threads = o.threads === undefined ? {} : { threads: o.threads };
     const lanes = new LanesStack(
-      await startE2eStack(name, { ...PLAN, runtime: false, settings, ...timeScale }),
+      await startE2eStack(name, { ...PLAN, ...threads, runtime: false, settings, ...timeScale }),
     );
     await lanes.startRuntime();
     return lanes;
