@@ -73,8 +73,8 @@ export interface ThreadgateConfig {
   readonly pollMeanBudget: number;
   /**
    * Worker memory in MB (128..10240). Lambda sizes V8's heap and the CPU share from it, and bills
-   * GB-s by it; the default rests on the worker's peak RSS measured as Lambda runs it with one,
-   * 8 and 16 lanes, extrapolated above 16 (docs/benchmark-notes.md "Worker memory"). @default 168 with one lane; more with lanes (functions/common/settings.ts workerMemoryMbFor)
+   * GB-s by it; the default rests on the worker's peak RSS and CPU measured as Lambda runs it with
+   * one, 8, 16, 32 and 64 lanes (docs/benchmark-notes.md "Worker memory"). @default 168 with one lane; more with lanes (functions/common/settings.ts workerMemoryMbFor)
    */
   readonly workerMemoryMb: number;
   /**

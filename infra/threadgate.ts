@@ -154,9 +154,9 @@ export interface ThreadgateProps {
    */
   readonly workerTimeoutSeconds?: number;
   /**
-   * Worker memory in MB; the default rests on peak RSS measured as Lambda runs it with 1, 8 and 16 lanes, extrapolated above 16.
+   * Worker memory in MB; the default rests on peak RSS and CPU measured as Lambda runs it with 1, 8, 16, 32 and 64 lanes.
    * Valid range: 128–10240.
-   * @default 168 with one lane; 192 up to 8 lanes, 256 up to 16, then 8 more per lane
+   * @default 168 with one lane; 192 up to 8 lanes, 256 up to 32, 384 above
    */
   readonly workerMemoryMb?: number;
   /**

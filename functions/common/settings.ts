@@ -57,14 +57,14 @@ export const DEFAULTS = {
 } as const;
 
 /**
- * The worker's default memory for a `lanes` setting, MB: the measured peak RSS within 3/4 of it,
- * with 8 lanes for 2–8 and 16 for 9–16 (docs/benchmark-notes.md "Worker memory with lanes"); above 16,
- * 8 MB more a lane is an extrapolation, not measured. Lambda gives CPU in
- * proportion to memory, so this also sets the lanes' share of a core.
+ * The worker's default memory for a `lanes` setting, MB, from peaks measured with 8, 16, 32 and 64
+ * lanes (docs/benchmark-notes.md "Worker memory with lanes"): the peak RSS within 3/4 of it, and,
+ * Lambda giving CPU in proportion to memory, the lanes' CPU at time scale 1 within about 3/5 of
+ * the share it buys (that decides 32 and 64 lanes: their peaks of 144 and 163 MB fit in less).
  */
 export function workerMemoryMbFor(lanes: number): number {
   if (lanes <= 1) return DEFAULTS.workerMemoryMb;
   if (lanes <= 8) return 192;
-  if (lanes <= 16) return 256;
-  return 256 + 8 * (lanes - 16);
+  if (lanes <= 32) return 256;
+  return 384;
 }
