@@ -77,12 +77,12 @@ export function createWorkerDeps(
   });
   const control = new PipelineControl({
     lambda: clients.lambda,
-    ssm: clients.ssm,
-    stateParameterName: config.pipelineStateParam,
+    dynamodb: clients.ddb,
+    ledgerTable: config.ledgerTable,
     workerFunctionName: config.functionName,
     queueArn: config.queueArn,
     timeScale: config.timeScale,
-    ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
+    ...(config.firstShape ? { firstShape: config.firstShape } : {}),
   });
   const view = pipelineView(config, control, captchaai, overrides.monotonic);
   const store = new OutcomesStore({
@@ -111,9 +111,7 @@ export function createWorkerDeps(
     config,
     store,
     sqs: clients.sqs,
-    ...(config.ledgerTable
-      ? { ledger: new SlotLedger({ client: clients.ddb, tableName: config.ledgerTable, now }) }
-      : {}),
+    ledger: new SlotLedger({ client: clients.ddb, tableName: config.ledgerTable, now }),
     pipeline,
     cancels,
     warmUp: async () => {
@@ -138,10 +136,10 @@ export function createWorkerDeps(
 }
 
 /**
- * The environment's reads of the pipeline state: with lanes the state and the shape are read
- * together and shared by the lanes for a moment; with one lane every record reads the state, as
- * before. Every read reaches the CaptchaAI client: a pause or a resume since its key was read drops
- * that key, so a rotated key is used from the resume on.
+ * The environment's reads of the pipeline state (one GetItem of the state item): with lanes the
+ * state and the shape are read together and shared by the lanes for a moment; with one lane every
+ * record reads the state, as before. Every read reaches the CaptchaAI client: a pause or a resume
+ * since its key was read drops that key, so a rotated key is used from the resume on.
  */
 function pipelineView(
   config: WorkerConfig,

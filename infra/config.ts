@@ -24,7 +24,7 @@ import {
  * so every reader accepts both. Every error names the setting it is about.
  */
 export interface ThreadgateConfig {
-  /** CloudFormation stack name; also prefixes the function names and the SSM parameter. @default 'Threadgate' */
+  /** CloudFormation stack name; also prefixes the function names. @default 'Threadgate' */
   readonly stackName: string;
   /** Plan threads kept free for anything else using the same CaptchaAI key. @default 1 */
   readonly reserve: number;

@@ -15,7 +15,6 @@ import { Monitoring } from './constructs/monitoring.js';
 import { acknowledgeNagFindings } from './constructs/nag-acknowledgements.js';
 import { OutcomeStream } from './constructs/outcome-stream.js';
 import { OutcomesTable } from './constructs/outcomes-table.js';
-import { PipelineState } from './constructs/pipeline-state.js';
 import { SlotLedgerTable } from './constructs/slot-ledger-table.js';
 import { SolveTimesTable } from './constructs/solve-times-table.js';
 import { addStackOutputs } from './constructs/stack-outputs.js';
@@ -30,8 +29,8 @@ export type PerCaptchaTypeMs = number | Partial<Record<CaptchaType, number>>;
  */
 export interface ThreadgateProps {
   /**
-   * Prefix of the function names (`<name>-worker`, …), the SSM parameter `/<name>/pipeline-state`,
-   * the alarms and the dashboard, and the metrics' `service` dimension.
+   * Prefix of the function names (`<name>-worker`, …), the alarms and the dashboard, and the
+   * metrics' `service` dimension.
    * Valid range: a letter, then letters, digits and hyphens, at most 50 characters.
    * @default the enclosing stack's name
    */
@@ -231,8 +230,8 @@ void everySettingIsAProp;
 /**
  * threadgate as one construct: the jobs queue and its DLQ → the worker (concurrency capped at
  * the plan's threads minus a reserve) → CaptchaAI and the target form, the outcomes table, the
- * cap adjuster on a one-minute rule, the pipeline-state parameter, alarms, a dashboard and
- * (by default) the outcomes queue.
+ * cap adjuster on a one-minute rule, the slot ledger (which also holds the pipeline state), alarms,
+ * a dashboard and (by default) the outcomes queue.
  *
  * ```ts
  * const gate = new Threadgate(this, 'Gate', { allowedHosts: ['forms.example.com'] });
@@ -258,8 +257,6 @@ export class Threadgate extends Construct {
     readonly queues: JobQueues;
     /** The outcomes table (`table`) and its batch index. */
     readonly outcomes: OutcomesTable;
-    /** The pipeline-state SSM parameter (`parameter`) the worker pauses and `threadgate resume` clears. */
-    readonly pipelineState: PipelineState;
     /** The worker function (`fn`) and its jobs-queue mapping (`mapping`). */
     readonly worker: Worker;
     /** The cap adjuster function (`fn`) and its one-minute rule (`rule`). */
@@ -270,7 +267,10 @@ export class Threadgate extends Construct {
     readonly outcomeStream: OutcomeStream | undefined;
     /** The shared solve times of the learned poll schedule (none with `pollSchedule: 'static'`). */
     readonly solveTimes: SolveTimesTable | undefined;
-    /** The slot ledger: lanes held per invocation, so the cap holds after a crash. */
+    /**
+     * The slot ledger (`table`): lanes held per invocation, so the cap holds after a crash; and the
+     * state item, the pipeline state the worker pauses and `threadgate resume` clears, with the lane shape.
+     */
     readonly ledger: SlotLedgerTable;
   };
 
@@ -295,14 +295,12 @@ export class Threadgate extends Construct {
       visibilityTimeout: Duration.seconds(config.visibilityTimeoutSeconds),
       maxReceiveCount: config.maxReceiveCount,
     });
-    const { stackName, lanes, initialCap } = config;
-    const pipelineState = new PipelineState(this, 'PipelineState', { stackName, lanes, initialCap });
     // The learned poll schedule's environments share their solve times; a static one needs none.
     const solveTimes =
       config.pollSchedule === 'learned' ? new SolveTimesTable(this, 'SolveTimes') : undefined;
     const ledger = new SlotLedgerTable(this, 'SlotLedger');
     const { queue, dlq } = queues;
-    const parts = { config, queue, pipelineState, ledger };
+    const parts = { config, queue, ledger };
     const worker = new Worker(this, 'Worker', { ...parts, dlq, table: outcomes.table, solveTimes });
     const adjuster = new CapAdjuster(this, 'CapAdjuster', { ...parts, worker });
     const monitoring = new Monitoring(this, 'Monitoring', {
@@ -317,7 +315,7 @@ export class Threadgate extends Construct {
       outcomeStream: outcomeStream && { publisher: outcomeStream.fn, failures: outcomeStream.failures },
     });
     const tables = { outcomes, solveTimes, ledger };
-    this.parts = { queues, ...tables, pipelineState, worker, adjuster, monitoring, outcomeStream };
+    this.parts = { queues, ...tables, worker, adjuster, monitoring, outcomeStream };
     this.jobsQueue = queues.queue;
     this.deadLetterQueue = queues.dlq;
     this.outcomesTable = outcomes.table;
@@ -362,18 +360,15 @@ export class Threadgate extends Construct {
    * Everything a producer using the Python package (`threadgate_producer`) calls: `send` (the
    * jobs queue: SendMessage, GetQueueAttributes, GetQueueUrl), `stack_outputs`
    * (cloudformation:DescribeStacks on this stack), `wait`, `batch_outcomes` and `key_outcomes`
-   * (the outcome reads of {@link grantReadOutcomes}) and the pipeline-state parameter `wait`
-   * reads with `state_parameter` (ssm:GetParameter on that one parameter).
+   * (the outcome reads of {@link grantReadOutcomes}) and the pipeline state `wait` reads with
+   * `state_table` (dynamodb:GetItem on the slot ledger's table, only the state item's partition
+   * and only its `state`: IAM conditions on dynamodb:LeadingKeys and dynamodb:Attributes).
    */
   grantProduce(grantee: iam.IGrantable): iam.Grant {
     return [
       this.grantReadOutcomes(grantee),
       this.grantDescribeStack(grantee),
-      iam.Grant.addToPrincipal({
-        grantee,
-        actions: ['ssm:GetParameter'],
-        resourceArns: [this.parts.pipelineState.parameter.parameterArn],
-      }),
+      this.parts.ledger.grantStateRead(grantee, ['state']),
     ].reduce((a, b) => a.combine(b), this.grantSendJobs(grantee));
   }
 
@@ -417,9 +412,11 @@ export class Threadgate extends Construct {
    * `outcomes`, `pause`, `resume`, `cancel`, `redrive` and `secret set` (test/unit/infra/operate-grant.test.ts
    * checks each against this policy): the stack's outputs, the queues' attributes, sending to the
    * jobs queue, the DLQ's messages and their move back, the worker's configuration, the one
-   * jobs-queue mapping, the pipeline-state parameter, the outcome rows, batch cancels, and the
-   * API-key secret: read (status and resume ask CaptchaAI for the plan's threads with it) and
-   * written by `secret set` (CreateSecret, PutSecretValue on that one secret name).
+   * jobs-queue mapping, the pipeline state and the lane shape (the state item in the slot ledger's
+   * table: GetItem of both and UpdateItem of the state, only that item's partition and
+   * attributes), the outcome rows, batch cancels, and the API-key secret: read (status and resume
+   * ask CaptchaAI for the plan's threads with it) and written by `secret set` (CreateSecret,
+   * PutSecretValue on that one secret name).
    */
   grantOperate(grantee: iam.IGrantable): iam.Grant {
     const stack = Stack.of(this);
@@ -458,9 +455,8 @@ export class Threadgate extends Construct {
       this.jobsQueue.grant(grantee, 'sqs:GetQueueAttributes', 'sqs:GetQueueUrl', 'sqs:SendMessage'),
       ...(failures ? [failures.grant(grantee, 'sqs:GetQueueAttributes')] : []),
       this.deadLetterQueue.grantConsumeMessages(grantee),
-      parts.pipelineState.parameter.grantRead(grantee),
-      parts.pipelineState.parameter.grantWrite(grantee),
-      ...(parts.pipelineState.laneShape ? [parts.pipelineState.laneShape.grantRead(grantee)] : []), // status
+      parts.ledger.grantStateRead(grantee, ['state', 'shape']), // status reads the shape too
+      parts.ledger.grantStateWrite(grantee),
       this.grantReadOutcomes(grantee),
       this.grantCancelBatches(grantee),
       iam.Grant.addToPrincipal({

@@ -5,9 +5,9 @@ import type { PublishedShape } from './lanes.js';
  * How long an environment reuses its read of the pipeline state and the lane shape, at time
  * scale 1. With one lane every record reads them (as before); with lanes, L loops would each read
  * per record, and a fast drain (a cancelled batch ends records in milliseconds) would send
- * hundreds of GetParameters a second against SSM's default 40. A pause is seen at most this much
- * later (the mapping it disables stops new invocations at once); the adjuster waits twice this
- * before raising r after it lowered L (./lanes.ts SHAPE_SETTLE_MS).
+ * hundreds of reads a second: this keeps an environment at one GetItem (1 read unit) per 2 s. A
+ * pause is seen at most this much later (the mapping it disables stops new invocations at once);
+ * the adjuster waits twice this before raising r after it lowered L (./lanes.ts SHAPE_SETTLE_MS).
  */
 export const STATE_CACHE_MS = 2_000;
 /** The cache never goes below this at small time scales. */

@@ -78,15 +78,16 @@ describe('a stop-class answer in one lane of four', () => {
       await new Promise((resolve) => setTimeout(resolve, 1_200));
     }
     captcha.inject('in.php', [{ body: 'ERROR_KEY_DOES_NOT_EXIST' }]);
-    // The stop's path is slow (its state write answers after 3 s at the emulator): the other lanes
+    // The stop's path is slow (its DLQ copy answers after 3 s at the emulator; a slow state write
+    // would hold the emulator's DynamoDB lock and stall the other lanes too): the other lanes
     // finish their records meanwhile, and must take no more.
     await addAwsFaults(moto.endpoint, [
-      { operation: 'PutParameter', service: 'ssm', delay_ms: 3_000, times: 1 },
+      { operation: 'SendMessage', service: 'sqs', contains: ['jobs-dlq-'], delay_ms: 3_000, times: 1 },
     ]);
     const config = readWorkerConfig({
       ...res.env,
       LANES: '4',
-      LANE_SHAPE_PARAM: '/threadgate/test-lanes',
+      INITIAL_CAP: '4',
       CHAIN_SECONDS: '30',
       TIME_SCALE: String(TEST_TIME_SCALE),
       LEASE_SECONDS: '60',
