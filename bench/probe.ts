@@ -7,7 +7,7 @@ import { queueDepth } from '../local/stack/observation.js';
 export class EmulatorProbe {
   readonly samples: Record<string, number[]> = {
     dynamodb_get_item: [],
-    ssm_get_parameter: [],
+    state_get_item: [],
     sqs_get_queue_attributes: [],
   };
   /** Per probe round: seconds since the run started, the slowest call's ms, the visible queue depth. */
@@ -46,7 +46,8 @@ export class EmulatorProbe {
             new GetCommand({ TableName: this.stack.outputs.TableName, Key: { record_key: 'bench-probe' } }),
           ),
         );
-        await time('ssm_get_parameter', async () => {
+        // The pipeline state, as the worker reads it (a strongly consistent GetItem of the state item).
+        await time('state_get_item', async () => {
           this.paused = (await this.stack.control.readState()).paused;
         });
         const depth = await time('sqs_get_queue_attributes', () =>

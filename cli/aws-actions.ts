@@ -12,7 +12,6 @@ const IAM_PREFIX: Record<string, string> = {
   LambdaClient: 'lambda',
   SecretsManagerClient: 'secretsmanager',
   SQSClient: 'sqs',
-  SSMClient: 'ssm',
 };
 
 /** SDK operations whose IAM action has another name (the batch calls are authorized per entry). */

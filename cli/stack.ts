@@ -14,12 +14,12 @@ import {
   SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import type { Command } from 'commander';
 import { RotatingCaptchaAiClient } from '../functions/captchaai/rotating-client.js';
 import { DEFAULTS } from '../functions/common/settings.js';
 import { PipelineControl } from '../functions/pipeline/control.js';
+import { readLaneSettings } from '../functions/pipeline/lanes.js';
 import { ApiKeySource } from '../functions/pipeline/secret.js';
 import type { StackOutputKey } from '../infra/outputs.js';
 import { isAccessDenied, noteActions, refusedAction } from './aws-actions.js';
@@ -59,7 +59,6 @@ export interface AwsClients {
   cloudFormation: CloudFormationClient;
   sqs: SQSClient;
   lambda: LambdaClient;
-  ssm: SSMClient;
   dynamodb: DynamoDBClient;
   documents: DynamoDBDocumentClient;
   secrets: SecretsManagerClient;
@@ -113,7 +112,6 @@ export async function awsContext(
       // queues CloudFormation created may be AWS itself rather than the configured endpoint.
       sqs: noteActions(new SQSClient({ ...config, useQueueUrlAsEndpoint: false })),
       lambda: noteActions(new LambdaClient(config)),
-      ssm: noteActions(new SSMClient(config)),
       dynamodb,
       documents: DynamoDBDocumentClient.from(dynamodb),
       secrets: noteActions(new SecretsManagerClient(config)),
@@ -207,7 +205,7 @@ async function threadgateStacksHere(aws: AwsContext): Promise<string[]> {
   for await (const page of paginateDescribeStacks({ client: aws.clients.cloudFormation }, {})) {
     for (const s of page.Stacks ?? []) {
       const keys = new Set((s.Outputs ?? []).map((o) => o.OutputKey));
-      if (keys.has('QueueUrl') && keys.has('PipelineStateParameter') && s.StackName) names.push(s.StackName);
+      if (keys.has('QueueUrl') && keys.has('LedgerTableName') && s.StackName) names.push(s.StackName);
     }
     if (names.length >= 20) break;
   }
@@ -321,17 +319,26 @@ export async function withStack<T>(
   }
 }
 
-/** PipelineControl bound to the stack's worker, queue and state parameter. */
-export function pipelineControl(aws: AwsContext, stack: ThreadgateStack): PipelineControl {
+/**
+ * PipelineControl bound to the stack's worker, queue and state item. With the worker's
+ * environment ({@link workerEnvironment}) and LANES above 1 in it, the control reads the lane
+ * shape too (`threadgate status`); the other commands read and write the state alone.
+ */
+export function pipelineControl(
+  aws: AwsContext,
+  stack: ThreadgateStack,
+  workerEnv: Record<string, string> = {},
+): PipelineControl {
+  const { firstShape } = readLaneSettings(workerEnv);
   return new PipelineControl({
     lambda: aws.clients.lambda,
-    ssm: aws.clients.ssm,
-    stateParameterName: output(stack, 'PipelineStateParameter'),
+    dynamodb: aws.clients.dynamodb,
+    ledgerTable: output(stack, 'LedgerTableName'),
     workerFunctionName: output(stack, 'WorkerFunctionName'),
     queueArn: output(stack, 'QueueArn'),
     // From the outputs, so operators need no ListEventSourceMappings (a `*` permission).
     mappingUuid: stack.outputs.MappingUuid,
-    ...(stack.outputs.LaneShapeParameter ? { laneShapeParameterName: stack.outputs.LaneShapeParameter } : {}),
+    ...(firstShape ? { firstShape } : {}),
   });
 }
 

@@ -3,7 +3,6 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import type { Context, ScheduledEvent } from 'aws-lambda';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
 import { awsClientOptions } from './common/aws-clients.js';
@@ -25,17 +24,13 @@ import { ApiKeySource } from './pipeline/secret.js';
 const logger = new Logger();
 const metrics = new Metrics();
 const lambda = new LambdaClient(awsClientOptions());
-const ssm = new SSMClient(awsClientOptions());
+const dynamodb = new DynamoDBClient(awsClientOptions());
 const secrets = new SecretsManagerClient(awsClientOptions());
-
-/** The slot ledger (LEDGER_TABLE): the adjuster writes the cap there and frees dead leases. */
-const ledgerTable = process.env.LEDGER_TABLE?.trim();
-const ledger = ledgerTable
-  ? new SlotLedger({ client: new DynamoDBClient(awsClientOptions()), tableName: ledgerTable })
-  : undefined;
 
 let config: CapAdjusterConfig | undefined;
 let control: PipelineControl | undefined;
+/** The slot ledger (LEDGER_TABLE): the adjuster writes the cap there and frees dead leases. */
+let ledger: SlotLedger | undefined;
 let captchaai: RotatingCaptchaAiClient | undefined;
 
 export const handler = async (
@@ -48,12 +43,13 @@ export const handler = async (
   // Kept across runs so the mapping UUID is looked up once per instance.
   control ??= new PipelineControl({
     lambda,
-    ssm,
-    stateParameterName: config.stateParameterName,
+    dynamodb,
+    ledgerTable: config.ledgerTable,
     workerFunctionName: config.workerFunctionName,
     queueArn: config.queueArn,
-    ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
+    ...(config.firstShape ? { firstShape: config.firstShape } : {}),
   });
+  ledger ??= new SlotLedger({ client: dynamodb, tableName: config.ledgerTable });
   // threadsinfo is one call with no waits: TIME_SCALE would only shrink its HTTP timeout, so
   // the adjuster runs at time scale 1 even on a time-scaled local stack.
   captchaai ??= new RotatingCaptchaAiClient(
@@ -71,7 +67,7 @@ export const handler = async (
       workerFunctionName: config.workerFunctionName,
       readThreads: () => client.threadsInfo(),
       settings: config,
-      ...(ledger ? { ledger } : {}),
+      ledger,
       ...(config.lanes > 1
         ? {
             lanes: {
@@ -87,7 +83,7 @@ export const handler = async (
         warn: (message, extra = {}) => logger.warn(message, extra),
       },
     });
-    if (ledger) await updateLedger(ledger);
+    await updateLedger(ledger);
     // A run that changes nothing is most runs (every minute, every 2 s on a time-scaled local
     // stack): debug, so the log shows what changed.
     if (result.outcome === 'unchanged')

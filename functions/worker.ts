@@ -3,11 +3,18 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { sleep as captchaSleep } from './captchaai/client.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
+import { awsWaitMs } from './common/aws-clients.js';
 import { DEFAULTS } from './common/settings.js';
 import { PipelineControl } from './pipeline/control.js';
 import { SlotLedger } from './pipeline/ledger.js';
 import { ApiKeySource } from './pipeline/secret.js';
-import { MIN_STATE_CACHE_MS, PipelineView, STALE_STATE_MS, stateCacheMs } from './pipeline/state-view.js';
+import {
+  PipelineView,
+  STATE_RETRY_MS,
+  STATE_RETRY_WAIT_MS,
+  staleStateMs,
+  stateCacheMs,
+} from './pipeline/state-view.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
@@ -77,12 +84,12 @@ export function createWorkerDeps(
   });
   const control = new PipelineControl({
     lambda: clients.lambda,
-    ssm: clients.ssm,
-    stateParameterName: config.pipelineStateParam,
+    dynamodb: clients.ddb,
+    ledgerTable: config.ledgerTable,
     workerFunctionName: config.functionName,
     queueArn: config.queueArn,
     timeScale: config.timeScale,
-    ...(config.laneShapeParam ? { laneShapeParameterName: config.laneShapeParam } : {}),
+    ...(config.firstShape ? { firstShape: config.firstShape } : {}),
   });
   const view = pipelineView(config, control, captchaai, overrides.monotonic);
   const store = new OutcomesStore({
@@ -112,9 +119,7 @@ export function createWorkerDeps(
     config,
     store,
     sqs: clients.sqs,
-    ...(config.ledgerTable
-      ? { ledger: new SlotLedger({ client: clients.ddb, tableName: config.ledgerTable, now }) }
-      : {}),
+    ledger: new SlotLedger({ client: clients.ddb, tableName: config.ledgerTable, now }),
     pipeline,
     cancels,
     warmUp: async () => {
@@ -139,10 +144,12 @@ export function createWorkerDeps(
 }
 
 /**
- * The environment's reads of the pipeline state: with lanes the state and the shape are read
- * together and shared by the lanes for a moment; with one lane every record reads the state, as
- * before. Every read reaches the CaptchaAI client: a pause or a resume since its key was read drops
- * that key, so a rotated key is used from the resume on.
+ * The environment's reads of the pipeline state (one GetItem of the state item): with lanes the
+ * state and the shape are read together and shared by the lanes for a moment; with one lane every
+ * record reads the state, as before. A throttled read answers the last good snapshot for a while,
+ * or with none that young is tried again for a moment: a lane does not end on it, nor does an
+ * invocation fall to one lane. Every read reaches the CaptchaAI client: a pause or a resume since
+ * its key was read drops that key, so a rotated key is used from the resume on.
  */
 function pipelineView(
   config: WorkerConfig,
@@ -157,8 +164,12 @@ function pipelineView(
       return snapshot;
     },
     ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
-    // A throttled read answers the last good snapshot for a while: a lane does not end on it.
-    staleMs: Math.max(MIN_STATE_CACHE_MS * 10, STALE_STATE_MS * config.timeScale),
+    staleMs: staleStateMs(config.timeScale),
+    retry: {
+      forMs: STATE_RETRY_MS,
+      waitMs: awsWaitMs(STATE_RETRY_WAIT_MS, config.timeScale),
+      sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    },
     ...(clock ? { clock } : {}),
   });
 }

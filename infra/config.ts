@@ -8,14 +8,12 @@ import { type FormExpectation, parseFormExpectation } from '../functions/records
 import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
 import { worstCaseRecordMs } from '../functions/worker/worst-case.js';
 import {
-  readBoolean,
-  readInteger,
-  readList,
-  readNumber,
-  readOptionalString,
-  readPerType,
-  readString,
-} from './config-readers.js';
+  type LogLevel,
+  readCostSettings,
+  readMonitoring,
+  type TableEncryptionChoice,
+} from './operating-settings.js';
+import { readInteger, readList, readNumber, readPerType, readString } from './config-readers.js';
 
 /**
  * threadgate's deploy-time settings. Each one can be given as CDK context
@@ -24,7 +22,7 @@ import {
  * so every reader accepts both. Every error names the setting it is about.
  */
 export interface ThreadgateConfig {
-  /** CloudFormation stack name; also prefixes the function names and the SSM parameter. @default 'Threadgate' */
+  /** CloudFormation stack name; also prefixes the function names. @default 'Threadgate' */
   readonly stackName: string;
   /** Plan threads kept free for anything else using the same CaptchaAI key. @default 1 */
   readonly reserve: number;
@@ -188,10 +186,7 @@ export const SETTING_NAMES: readonly (keyof ThreadgateConfig)[] = [
   'expect',
 ];
 
-export const LOG_LEVELS = ['DEBUG', 'INFO', 'WARN', 'ERROR'] as const;
-export type LogLevel = (typeof LOG_LEVELS)[number];
-export const TABLE_ENCRYPTIONS = ['aws-managed', 'aws-owned'] as const;
-export type TableEncryptionChoice = (typeof TABLE_ENCRYPTIONS)[number];
+export type { LogLevel, TableEncryptionChoice } from './operating-settings.js';
 
 /** Every default lives in functions/common/settings.ts, shared with the functions, the CLI and the local stack. */
 export { DEFAULTS };
@@ -204,10 +199,6 @@ export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
 export const VISIBILITY_TIMEOUT_FACTOR = 6;
 /** Smallest default worker timeout: cold start, secret read and DynamoDB calls do not scale with timeScale. */
 export const MIN_WORKER_TIMEOUT_SECONDS = 10;
-
-const LOG_RETENTION_DAYS = [
-  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
-];
 
 /**
  * The longest one record can keep the worker busy, in ms, at these settings: every call the
@@ -480,68 +471,6 @@ function readRedelivery(
     );
   }
   return { maxReceiveCount, transientReceiveLimit, leaseSeconds };
-}
-
-/** Alarms, log retention and the outcome stream. */
-function readMonitoring(
-  input: ThreadgateSettings,
-): Pick<
-  ThreadgateConfig,
-  'oldestMessageAlarmSeconds' | 'logRetentionDays' | 'alarmTopicArn' | 'outcomeStream'
-> {
-  const oldestMessageAlarmSeconds = readInteger(
-    input,
-    'oldestMessageAlarmSeconds',
-    DEFAULTS.oldestMessageAlarmSeconds,
-    { min: 60, max: 1_209_600 },
-  );
-  const logRetentionDays = readInteger(input, 'logRetentionDays', DEFAULTS.logRetentionDays, { min: 1 });
-  if (!LOG_RETENTION_DAYS.includes(logRetentionDays)) {
-    throw new ConfigError(
-      'logRetentionDays',
-      `must be one of ${LOG_RETENTION_DAYS.join(', ')}, got ${logRetentionDays}`,
-    );
-  }
-  const topic = readOptionalString(input, 'alarmTopicArn');
-  if (topic !== undefined && !/^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$/.test(topic)) {
-    throw new ConfigError('alarmTopicArn', `must be an SNS topic ARN, got "${topic}"`);
-  }
-  return {
-    oldestMessageAlarmSeconds,
-    logRetentionDays,
-    alarmTopicArn: topic,
-    outcomeStream: readBoolean(input, 'outcomeStream', DEFAULTS.outcomeStream),
-  };
-}
-
-/** The settings that move the bill without changing what the pipeline does (docs/configuration.md "Cost"). */
-function readCostSettings(
-  input: ThreadgateSettings,
-): Pick<
-  ThreadgateConfig,
-  'logLevel' | 'outcomeRetentionDays' | 'tableEncryption' | 'outcomeStreamBatchingSeconds'
-> {
-  const oneOf = <T extends string>(name: keyof ThreadgateConfig, allowed: readonly T[], fallback: T): T => {
-    const value = readString(input, name, fallback);
-    const found = allowed.find((a) => a.toLowerCase() === value.toLowerCase());
-    if (!found) throw new ConfigError(name, `must be one of ${allowed.join(', ')}, got "${value}"`);
-    return found;
-  };
-  return {
-    logLevel: oneOf('logLevel', LOG_LEVELS, DEFAULTS.logLevel),
-    outcomeRetentionDays: readInteger(input, 'outcomeRetentionDays', DEFAULTS.outcomeRetentionDays, {
-      min: 0,
-      max: 36_500,
-    }),
-    tableEncryption: oneOf('tableEncryption', TABLE_ENCRYPTIONS, DEFAULTS.tableEncryption),
-    // The mapping's MaximumBatchingWindowInSeconds allows 0–300.
-    outcomeStreamBatchingSeconds: readInteger(
-      input,
-      'outcomeStreamBatchingSeconds',
-      DEFAULTS.outcomeStreamBatchingSeconds,
-      { min: 0, max: 300 },
-    ),
-  };
 }
 
 /** Collects every known setting from a context getter (e.g. `(k) => app.node.tryGetContext(k)`). */

@@ -10,7 +10,7 @@ export type { JobQueues } from './constructs/job-queues.js';
 export type { Monitoring, OutcomeStreamAlarms } from './constructs/monitoring.js';
 export type { OutcomeStream } from './constructs/outcome-stream.js';
 export type { OutcomesTable } from './constructs/outcomes-table.js';
-export type { PipelineState } from './constructs/pipeline-state.js';
+export type { SlotLedgerTable } from './constructs/slot-ledger-table.js';
 export type { SolveTimesTable } from './constructs/solve-times-table.js';
 export type { Worker } from './constructs/worker.js';
 export { type OptionalStackOutputKey, STACK_OUTPUT_KEYS, type StackOutputKey } from './outputs.js';

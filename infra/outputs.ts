@@ -11,18 +11,14 @@ export const STACK_OUTPUT_KEYS = [
   'WorkerFunctionName',
   'AdjusterFunctionName',
   'MappingUuid',
-  'PipelineStateParameter',
+  'LedgerTableName',
   'AdjusterRuleName',
   'SecretName',
 ] as const;
 
 export type StackOutputKey = (typeof STACK_OUTPUT_KEYS)[number];
 
-/** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`; lanes above 1). */
-export const OPTIONAL_STACK_OUTPUT_KEYS = [
-  'OutcomesQueueUrl',
-  'OutcomeFailuresQueueUrl',
-  'LaneShapeParameter',
-] as const;
+/** Outputs present only when their feature is deployed (the outcome stream: `outcomeStream=true`). */
+export const OPTIONAL_STACK_OUTPUT_KEYS = ['OutcomesQueueUrl', 'OutcomeFailuresQueueUrl'] as const;
 
 export type OptionalStackOutputKey = (typeof OPTIONAL_STACK_OUTPUT_KEYS)[number];

@@ -11,12 +11,14 @@ import { Threadgate } from './threadgate.js';
 /**
  * docs/construct.md: the Threadgate construct's props, members, grants and alarms, generated
  * from the code (`npm run docs:construct` writes it; a unit test fails when it differs). Props
- * and members come from infra/threadgate.ts's TSDoc; each grant's actions and resources from
+ * and members come from the TSDoc of infra/props.ts and infra/threadgate.ts; each grant's actions and resources from
  * the policy a synthesized consumer stack gives a role; the alarms from the synthesized
  * template (infra/constructs/monitoring.ts). Not part of the package (tsconfig.build.json).
  */
 export const CONSTRUCT_REFERENCE_PATH = `${PACKAGE_ROOT}docs/construct.md`;
 const SOURCE_PATH = `${PACKAGE_ROOT}infra/threadgate.ts`;
+/** ThreadgateProps lives beside the construct, in a file of its own. */
+const PROPS_PATH = `${PACKAGE_ROOT}infra/props.ts`;
 
 type Json = unknown;
 type Resource = { Type: string; Properties: Record<string, Json> };
@@ -47,12 +49,12 @@ function docOf(node: ts.Node, name: string, type: string): Doc {
   };
 }
 
-function parseSource(): ts.SourceFile {
-  return ts.createSourceFile(SOURCE_PATH, readFileSync(SOURCE_PATH, 'utf8'), ts.ScriptTarget.Latest, true);
+function parseSource(path = SOURCE_PATH): ts.SourceFile {
+  return ts.createSourceFile(path, readFileSync(path, 'utf8'), ts.ScriptTarget.Latest, true);
 }
 
 /** ThreadgateProps' members, in source order. */
-export function propDocs(source = parseSource()): Doc[] {
+export function propDocs(source = parseSource(PROPS_PATH)): Doc[] {
   const props = source.statements.find(
     (s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === 'ThreadgateProps',
   );
@@ -311,7 +313,7 @@ export function renderConstructReference(): string {
     '# The `Threadgate` construct: reference',
     '',
     '**For:** platform teams adding threadgate to their own CDK app (`import { Threadgate } from',
-    "'threadgate/cdk'`). Generated from `infra/threadgate.ts` and the template it synthesizes",
+    "'threadgate/cdk'`). Generated from `infra/threadgate.ts`, `infra/props.ts` and the template it synthesizes",
     '(`npm run docs:construct`); a test fails when it differs. How to deploy: [deploying](deploying.md).',
     '',
     '```ts',

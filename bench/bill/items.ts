@@ -37,7 +37,6 @@ export function rowUsd(row: AwsUsageRow, price: OperationPrice | undefined): num
 
 const SERVICE_LABEL: Record<string, string> = {
   sqs: 'SQS requests',
-  ssm: 'SSM Parameter Store',
   secretsmanager: 'Secrets Manager API calls',
   lambda: 'Lambda API',
   dynamodbstreams: 'DynamoDB Streams reads',

@@ -12,7 +12,6 @@ const LAMBDA = 'https://aws.amazon.com/lambda/pricing/';
 const SQS = 'https://aws.amazon.com/sqs/pricing/';
 const DYNAMODB = 'https://aws.amazon.com/dynamodb/pricing/on-demand/';
 const SECRETS = 'https://aws.amazon.com/secrets-manager/pricing/';
-const SSM = 'https://aws.amazon.com/systems-manager/pricing/';
 const CLOUDWATCH = 'https://aws.amazon.com/cloudwatch/pricing/';
 const EVENTBRIDGE = 'https://aws.amazon.com/eventbridge/pricing/';
 
@@ -81,10 +80,6 @@ const lambdaControlPlane: OperationPrice = {
   kind: 'free',
   why: `Lambda bills invocations and duration only; its management API (concurrency, event source mappings) has no charge (${LAMBDA})`,
 };
-const standardParameter: OperationPrice = {
-  kind: 'free',
-  why: `standard parameters at standard throughput: no charge for storage or API interactions (${SSM})`,
-};
 
 /** What the functions' own calls cost, by service and operation. */
 export const FUNCTION_OPERATIONS: Readonly<Record<string, Readonly<Record<string, OperationPrice>>>> = {
@@ -113,7 +108,6 @@ export const FUNCTION_OPERATIONS: Readonly<Record<string, Readonly<Record<string
       'GetQueueAttributes',
     ].map((op) => [op, sqsRequest]),
   ),
-  ssm: { GetParameter: standardParameter, GetParameters: standardParameter, PutParameter: standardParameter },
   secretsmanager: { GetSecretValue: { kind: 'per-request', price: LIST_PRICES.secretsApiCall } },
   lambda: Object.fromEntries(
     [

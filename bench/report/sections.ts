@@ -114,7 +114,7 @@ export function overheadSection(i: BuildInput, t: RecordTimings): BenchReport['o
     },
     first_invocations: { ...pct(t.cold), count: t.cold.count, max: round(t.cold.max, 1) },
     first_submit_after_s: firstSubmit === undefined ? null : round(firstSubmit, 1),
-    note: 'per record, warm invocations: invocation duration − solve − target HTTP (page load + POST), in real milliseconds (AWS calls are not time-scaled): the pipeline-state read (SSM), validation, allowlist check, the DynamoDB claim and final write, metrics flush. first_invocations: the same for each execution environment’s first invocation (SDK clients, secret, first connections; the local stack prewarms environments, so code loading is not in it unless an environment was replaced)',
+    note: 'per record, warm invocations: invocation duration − solve − target HTTP (page load + POST), in real milliseconds (AWS calls are not time-scaled): the pipeline-state read (a DynamoDB GetItem), validation, allowlist check, the DynamoDB claim and final write, metrics flush. first_invocations: the same for each execution environment’s first invocation (SDK clients, secret, first connections; the local stack prewarms environments, so code loading is not in it unless an environment was replaced)',
   };
 }
 

@@ -26,6 +26,7 @@ import {
   type StackOptions,
   type ThreadgateStack,
   withStack,
+  workerEnvironment,
 } from '../stack.js';
 
 export { type ChartSample, renderChart };
@@ -47,7 +48,7 @@ export { OUTCOME_STATUSES };
  */
 export const OUTCOME_UNKNOWN = REASON.OUTCOME_UNKNOWN;
 
-/** The pipeline-state parameter and the mapping disagree, and what to run to make them agree. */
+/** The recorded pipeline state and the mapping disagree, and what to run to make them agree. */
 export interface PipelineMismatch {
   kind: 'paused_but_mapping_enabled' | 'mapping_disabled_but_not_paused';
   message: string;
@@ -69,7 +70,7 @@ export interface StatusReport {
     code?: string;
     since?: string;
     by?: string;
-    /** Set when the parameter and the mapping disagree (a pause or resume whose second step failed). */
+    /** Set when the recorded state and the mapping disagree (a pause or resume whose second step failed). */
     mismatch: PipelineMismatch | null;
   };
   /**
@@ -175,7 +176,8 @@ export async function collectStatus(
     planStatus(aws, stack),
     countOutcomes ? scanOutcomes(aws, output(stack, 'TableName')) : Promise.resolve(null),
     failuresUrl ? queueCounts(aws, failuresUrl) : Promise.resolve(null),
-    control.readShape(),
+    // With lanes (the worker's LANES), the shape published, or the first one until then.
+    workerEnvironment(aws, stack).then((env) => pipelineControl(aws, stack, env).readShape()),
   ]);
   const { mapping, state } = reading;
   const reserved = reading.knobs.reservedConcurrency ?? null;
@@ -247,7 +249,7 @@ export async function collectStatus(
 }
 
 /**
- * The pipeline-state parameter and the mapping disagree: a pause whose mapping update failed
+ * The recorded pipeline state and the mapping disagree: a pause whose mapping update failed
  * (or a mapping enabled by hand) leaves workers taking jobs under a recorded pause; a resume
  * whose mapping update failed (or a pause whose state write failed, or a mapping disabled by
  * hand) leaves nothing polled with no pause recorded. A pause or resume under way shows this
@@ -261,7 +263,7 @@ export function pipelineMismatch(
     const reason = JSON.stringify(state.reason ?? 'paused by operator');
     return {
       kind: 'paused_but_mapping_enabled',
-      message: `the pipeline-state parameter says paused but the mapping is ${mapping.state}: workers keep taking jobs`,
+      message: `the recorded pipeline state says paused but the mapping is ${mapping.state}: workers keep taking jobs`,
       fix: `\`threadgate pause --reason ${reason}\` disables the mapping and keeps the pause (or \`threadgate resume\` once its cause is fixed)`,
     };
   }

@@ -53,7 +53,7 @@ def main(batch_id, path):
     print(f"sent {sent} records under batch {batch_id}")
     keys = {r["record_key"] for r in rows}
     done = tg.wait(outputs["TableName"], batch_id, expect=len(keys), timeout_s=3600,
-                   state_parameter=outputs["PipelineStateParameter"])
+                   state_table=outputs["LedgerTableName"])
     print(json.dumps({"batch_id": batch_id, "records": len(keys), "counts": done.counts}))
     sys.exit(done.exit_code)
 

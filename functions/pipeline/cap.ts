@@ -43,7 +43,7 @@ export const NO_ACTIVE_PLAN = 'NO_ACTIVE_PLAN';
 export interface CapAdjusterConfig extends CapSettings, LaneSettings {
   workerFunctionName: string;
   queueArn: string;
-  stateParameterName: string;
+  ledgerTable: string; // LEDGER_TABLE: the cap, the expired leases and the state item
   captchaaiUrl: string;
   secretName: string;
   /** The worker's function timeout (WORKER_TIMEOUT_SECONDS), ms: how long an old invocation may run on. */
@@ -74,7 +74,7 @@ export function readCapAdjusterConfig(env: Env): CapAdjusterConfig {
   return {
     workerFunctionName: requireString(env, 'WORKER_FUNCTION_NAME'),
     queueArn: requireString(env, 'QUEUE_ARN'),
-    stateParameterName: requireString(env, 'PIPELINE_STATE_PARAM'),
+    ledgerTable: requireString(env, 'LEDGER_TABLE'),
     captchaaiUrl: requireString(env, 'CAPTCHAAI_URL'),
     secretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
     ...readCapSettings(env),

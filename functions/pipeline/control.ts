@@ -1,19 +1,15 @@
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
-import {
-  GetParameterCommand,
-  GetParametersCommand,
-  PutParameterCommand,
-  type SSMClient,
-} from '@aws-sdk/client-ssm';
 import { awsWaitMs } from '../common/aws-clients.js';
 import { ThreadgateError } from '../common/errors.js';
 import { clientOf, type LazyClient } from '../common/lazy-client.js';
 import { type PublishedShape, parseShape } from './lanes.js';
+import { readStateItem, writeStateItem } from './state-item.js';
 
 /**
  * Pausing and resuming the pipeline. A pause disables the worker's SQS event source mapping
- * (messages wait in the queue, their receive counts untouched) and records why in an SSM
- * parameter that the worker, the cap adjuster and the CLI all read. Only an operator resumes.
+ * (messages wait in the queue, their receive counts untouched) and records why in the state item
+ * (./state-item.ts) that the worker, the cap adjuster and the CLI all read. Only an operator resumes.
  */
 export interface PipelineState {
   paused: boolean;
@@ -33,15 +29,18 @@ export interface PipelineControlDeps {
    * (and @aws-sdk/client-lambda, imported by each call that needs it) is loaded by a pause alone.
    */
   lambda: LazyClient<LambdaClient>;
-  ssm: SSMClient;
-  /** SSM parameter holding the JSON PipelineState. */
-  stateParameterName: string;
+  dynamodb: DynamoDBClient;
+  /** The slot ledger's table (LEDGER_TABLE), which holds the state item (./state-item.ts). */
+  ledgerTable: string;
   /** The worker function whose mapping is paused. */
   workerFunctionName: string;
   /** The jobs queue ARN (the mapping's event source). */
   queueArn: string;
-  /** SSM parameter holding the published lane shape (./lanes.ts); unset when the stack runs one lane. */
-  laneShapeParameterName?: string;
+  /**
+   * With lanes: the shape the stack deployed (./lanes.ts LaneSettings.firstShape), read until the
+   * adjuster has published one. Unset: the stack runs one lane and no shape is read.
+   */
+  firstShape?: PublishedShape;
   /**
    * The mapping's UUID when it is known (the stack output MappingUuid): then no
    * ListEventSourceMappings call, which has no resource-level permission, is needed.
@@ -131,54 +130,33 @@ export class PipelineControl {
     };
   }
 
+  /** The pipeline state (one strongly consistent GetItem); never written yet: running. */
   async readState(): Promise<PipelineState> {
-    try {
-      const out = await this.deps.ssm.send(new GetParameterCommand({ Name: this.deps.stateParameterName }));
-      return parseState(out.Parameter?.Value);
-    } catch (err) {
-      if ((err as { name?: string }).name === 'ParameterNotFound') return { paused: false };
-      throw err;
-    }
+    const item = await readStateItem(this.deps.dynamodb, this.deps.ledgerTable, ['state']);
+    return parseState(item.state);
   }
 
   /**
-   * The pipeline state and the published lane shape in one call (GetParameters), for the worker,
-   * which reads both before its records. Without a lane-shape parameter: the state alone, as
-   * readState. A missing or unreadable shape is `undefined` (the worker then runs its start shape).
+   * The pipeline state and the lane shape in one GetItem, for the worker, which reads both before
+   * its records. Without lanes: the state alone, as readState. An unreadable shape is `undefined`
+   * (the worker then runs one lane); none published yet is the first shape.
    */
   async readStateAndShape(): Promise<{ state: PipelineState; shape: PublishedShape | undefined }> {
-    const shapeName = this.deps.laneShapeParameterName;
-    if (!shapeName) return { state: await this.readState(), shape: undefined };
-    const out = await this.deps.ssm.send(
-      new GetParametersCommand({ Names: [this.deps.stateParameterName, shapeName] }),
-    );
-    const parameterValue = (name: string) => out.Parameters?.find((p) => p.Name === name)?.Value;
-    return {
-      state: parseState(parameterValue(this.deps.stateParameterName)),
-      shape: parseShape(parameterValue(shapeName)),
-    };
+    if (!this.deps.firstShape) return { state: await this.readState(), shape: undefined };
+    const item = await readStateItem(this.deps.dynamodb, this.deps.ledgerTable, ['state', 'shape']);
+    return { state: parseState(item.state), shape: this.shapeOf(item.shape) };
   }
 
-  /** The published lane shape, or undefined (none yet, or no lane-shape parameter). */
+  /** The published lane shape (the first shape until the adjuster publishes one); undefined without lanes. */
   async readShape(): Promise<PublishedShape | undefined> {
-    const name = this.deps.laneShapeParameterName;
-    if (!name) return undefined;
-    try {
-      const out = await this.deps.ssm.send(new GetParameterCommand({ Name: name }));
-      return parseShape(out.Parameter?.Value);
-    } catch (err) {
-      if ((err as { name?: string }).name === 'ParameterNotFound') return undefined;
-      throw err;
-    }
+    if (!this.deps.firstShape) return undefined;
+    const item = await readStateItem(this.deps.dynamodb, this.deps.ledgerTable, ['shape']);
+    return this.shapeOf(item.shape);
   }
 
-  /** Publishes the lane shape (the adjuster only). */
+  /** Publishes the lane shape (the adjuster only): the shape attribute alone, the state left as it is. */
   async writeShape(shape: PublishedShape): Promise<void> {
-    const name = this.deps.laneShapeParameterName;
-    if (!name) throw new PipelineControlError('no lane-shape parameter is configured (LANE_SHAPE_PARAM)');
-    await this.deps.ssm.send(
-      new PutParameterCommand({ Name: name, Value: JSON.stringify(shape), Type: 'String', Overwrite: true }),
-    );
+    await writeStateItem(this.deps.dynamodb, this.deps.ledgerTable, 'shape', JSON.stringify(shape));
   }
 
   /** Disable the mapping first (that is what stops new work), then record the reason. */
@@ -197,15 +175,14 @@ export class PipelineControl {
     return state;
   }
 
+  /** The state attribute alone: a published shape is left as it is. */
   private async writeState(state: PipelineState): Promise<void> {
-    await this.deps.ssm.send(
-      new PutParameterCommand({
-        Name: this.deps.stateParameterName,
-        Value: JSON.stringify(state),
-        Type: 'String',
-        Overwrite: true,
-      }),
-    );
+    await writeStateItem(this.deps.dynamodb, this.deps.ledgerTable, 'state', JSON.stringify(state));
+  }
+
+  /** The shape attribute's value: none written yet is the first shape; one that does not parse, undefined. */
+  private shapeOf(json: string | undefined): PublishedShape | undefined {
+    return json === undefined ? this.deps.firstShape : parseShape(json);
   }
 
   private async setMappingEnabled(enabled: boolean): Promise<void> {
@@ -228,8 +205,8 @@ export class PipelineControl {
   }
 }
 
-/** The state in the parameter's JSON; a missing parameter is a running pipeline. */
-function parseState(value: string | undefined): PipelineState {
+/** The state in the item's JSON; none written yet is a running pipeline. */
+export function parseState(value: string | undefined): PipelineState {
   const parsed = JSON.parse(value ?? '{}') as Partial<PipelineState>;
   return { ...parsed, paused: parsed.paused === true };
 }

@@ -4,9 +4,9 @@ import { ConfigError } from '../common/errors.js';
 /**
  * Lanes: several one-task loops in one worker invocation (capacity × parallelism). With `lanes`
  * k > 1 the cap is carried by r invocations of L lanes each, r × L ≤ cap; the knobs (reserved
- * concurrency, the mapping's maximum) hold r, and the adjuster publishes {cap, r, L} in an SSM
- * parameter beside the pipeline state, which the worker reads with it in one call. An
- * environment variable could not change under running environments; the parameter can.
+ * concurrency, the mapping's maximum) hold r, and the adjuster publishes {cap, r, L} in the state
+ * item beside the pipeline state (./state-item.ts), which the worker reads with it in one GetItem.
+ * An environment variable could not change under running environments; the item can.
  *
  * The arithmetic is here, once: the stack's first shape, the adjuster's moves, `threadgate
  * status` and the worker's lane count all use these functions.
@@ -51,7 +51,7 @@ export function solvesInForce(invocations: number, shape: LaneShape): number {
 }
 
 /**
- * What the adjuster publishes (JSON in the lane-shape parameter). `drain` is set for a while after
+ * What the adjuster publishes (JSON in the state item's `shape`). `drain` is set for a while after
  * the invocation count came down (r fell): invocations that started before `startedBefore` may
  * still run, up to `fromR` of them, so they run at most `drain.L` lanes (r_old × L_drain ≤ cap)
  * until `until`, after which none of them can be running (the function timeout).
@@ -208,8 +208,12 @@ export function checkLanes(value: number, name: string): number {
 export interface LaneSettings {
   /** The most lanes one worker invocation may run (LANES; 1: one task per invocation). */
   lanes: number;
-  /** Where the adjuster publishes the lane shape (LANE_SHAPE_PARAM); set whenever lanes > 1. */
-  laneShapeParam?: string;
+  /**
+   * With lanes above 1: the shape the stack deployed, that of INITIAL_CAP (since 0, long settled),
+   * whose r the template gives the knobs. It stands until the adjuster publishes a shape: a new
+   * stack writes no item at deploy (./state-item.ts).
+   */
+  firstShape?: PublishedShape;
 }
 
 /** Reads LANES alone (1 when unset); errors name the variable. */
@@ -217,12 +221,20 @@ export function readLaneCount(env: Env): number {
   return checkLanes(optionalNumber(env, 'LANES', 1, { min: 1, integer: true }), 'LANES');
 }
 
-/** Reads LANES and LANE_SHAPE_PARAM; errors name the variable. */
+/** The cap deployed (INITIAL_CAP), or undefined when unset. */
+export function readFirstCap(env: Env): number | undefined {
+  return env.INITIAL_CAP?.trim()
+    ? optionalNumber(env, 'INITIAL_CAP', 1, { min: 1, integer: true })
+    : undefined;
+}
+
+/** Reads LANES and, with lanes, INITIAL_CAP for the first shape; errors name the variable. */
 export function readLaneSettings(env: Env): LaneSettings {
   const lanes = readLaneCount(env);
-  const laneShapeParam = env.LANE_SHAPE_PARAM?.trim() || undefined;
-  if (lanes > 1 && !laneShapeParam) {
-    throw new ConfigError('LANE_SHAPE_PARAM', `is required when LANES is above 1 (got ${lanes})`);
+  if (lanes <= 1) return { lanes };
+  const firstCap = readFirstCap(env);
+  if (firstCap === undefined) {
+    throw new ConfigError('INITIAL_CAP', `is required when LANES is above 1 (got ${lanes})`);
   }
-  return { lanes, ...(laneShapeParam ? { laneShapeParam } : {}) };
+  return { lanes, firstShape: { ...laneShape(firstCap, lanes), since: 0 } };
 }

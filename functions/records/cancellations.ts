@@ -11,12 +11,12 @@ import { ThreadgateError } from '../common/errors.js';
  * item per cancelled batch under the key `cancelled batch <batch_id>`. A record key never holds a
  * space (functions/records/job-schema.ts), so such a key can never be a record's. The item has no
  * `status` and no `batch_id`: it is not an outcome, the outcome stream publishes nothing for it
- * and the batch index does not hold it. Why here and not in the pipeline-state parameter: every
- * role that works records already reaches the table, a cancel is one atomic conditional write
- * (two concurrent cancels, or a cancel beside a pause, cannot overwrite each other, which two
- * PutParameter calls of one JSON value could), the table has no 4 KB limit, and an IAM
- * condition on the key (`dynamodb:LeadingKeys`) can let a producer cancel only its own batches
- * (Threadgate.grantCancelBatches). A cancel is final: it is never removed or changed.
+ * and the batch index does not hold it. Why here and not in the state item
+ * (../pipeline/state-item.ts): every role that works records already reaches the table, a cancel
+ * is one atomic conditional write of an item of its own (one per batch, where the state item is
+ * one item every worker reads), and an IAM condition on the key (`dynamodb:LeadingKeys`) can let
+ * a producer cancel only its own batches (Threadgate.grantCancelBatches). A cancel is final: it is
+ * never removed or changed.
  */
 export const CANCEL_KEY_PREFIX = 'cancelled batch ';
 

@@ -1,7 +1,7 @@
 import {
   type AttributeValue,
   BatchGetItemCommand,
-  ConditionalCheckFailedException,
+  type ConditionalCheckFailedException,
   type DynamoDBClient,
   GetItemCommand,
   paginateQuery,
@@ -13,6 +13,7 @@ import { BATCH_INDEX_NAME, type BatchIndexRow, batchShardOf, batchShardsOf } fro
 import { type ClaimRequest, earlierReceiveCondition } from './claim-owner.js';
 import { FINAL_STATUSES } from './fields.js';
 import type { ClaimResult, FinalOutcome, OutcomeRow, WriteResult } from './outcome-row.js';
+import { conditionFailed, n, rowFrom, s } from './row-attributes.js';
 
 /**
  * The outcome table: one row per record_key (docs/design.md "Outcome row"). All writes are
@@ -85,30 +86,6 @@ export type { BatchIndexRow } from './batch-index.js';
 
 /** BatchGetItem takes at most 100 keys per call. */
 const BATCH_GET_KEYS = 100;
-
-function s(value: string): AttributeValue {
-  return { S: value };
-}
-function n(value: number): AttributeValue {
-  return { N: String(value) };
-}
-
-function rowFrom(item: Record<string, AttributeValue> | undefined): OutcomeRow | undefined {
-  if (!item?.record_key?.S) return undefined;
-  const row: Record<string, string | number> = {};
-  for (const [key, value] of Object.entries(item)) {
-    if (value.S !== undefined) row[key] = value.S;
-    else if (value.N !== undefined) row[key] = Number(value.N);
-  }
-  return row as unknown as OutcomeRow;
-}
-
-function conditionFailed(err: unknown): err is ConditionalCheckFailedException {
-  return (
-    err instanceof ConditionalCheckFailedException ||
-    (err as { name?: string }).name === 'ConditionalCheckFailedException'
-  );
-}
 
 export class OutcomesStore {
   private readonly now: () => number;

@@ -2,13 +2,12 @@ import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { LambdaClient } from '@aws-sdk/client-lambda';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { awsClientOptions } from '../common/aws-clients.js';
 import { type LazyClient, lazyClient } from '../common/lazy-client.js';
 
 /**
- * The worker's AWS SDK clients, each built with awsClientOptions(). DynamoDB, SQS and SSM serve
- * every record and are made at once; Lambda (only a pause disables the mapping) and Secrets
+ * The worker's AWS SDK clients, each built with awsClientOptions(). DynamoDB and SQS serve every
+ * record and are made at once; Lambda (only a pause disables the mapping) and Secrets
  * Manager (one read per environment, again after a stop or a resume) are factories whose SDK
  * module is imported on first use, so an environment that never pauses never loads
  * @aws-sdk/client-lambda (docs/benchmark-notes.md "Worker memory"). Tests pass their own clients.
@@ -17,7 +16,6 @@ export interface WorkerClients {
   ddb?: DynamoDBClient;
   sqs?: SQSClient;
   lambda?: LazyClient<LambdaClient>;
-  ssm?: SSMClient;
   secrets?: LazyClient<SecretsManagerClient>;
 }
 
@@ -26,7 +24,6 @@ export function workerClients(given: WorkerClients = {}): Required<WorkerClients
   return {
     ddb: given.ddb ?? new DynamoDBClient(options()),
     sqs: given.sqs ?? new SQSClient(options()),
-    ssm: given.ssm ?? new SSMClient(options()),
     lambda:
       given.lambda ??
       lazyClient(async () => new (await import('@aws-sdk/client-lambda')).LambdaClient(options())),

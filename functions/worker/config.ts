@@ -8,7 +8,7 @@ import {
 import { type Env, optionalList, optionalNumber, optionalString, requireString } from '../common/env.js';
 import { ConfigError } from '../common/errors.js';
 import { DEFAULTS } from '../common/settings.js';
-import { type LaneSettings, readLaneSettings } from '../pipeline/lanes.js';
+import { type LaneSettings, readFirstCap, readLaneSettings } from '../pipeline/lanes.js';
 import { type FormExpectation, parseFormExpectation } from '../records/form-verdict.js';
 import { type Allowlist, parseAllowlist, parseDnsServers } from '../target/allowlist.js';
 
@@ -21,7 +21,6 @@ export interface WorkerConfig extends LaneSettings {
   queueUrl: string;
   queueArn: string;
   dlqUrl: string;
-  pipelineStateParam: string;
   captchaAiUrl: string;
   captchaAiSecretName: string;
   /** Multiplies CaptchaAI waits and token lifetimes (tests and the local stack use < 1). */
@@ -47,9 +46,10 @@ export interface WorkerConfig extends LaneSettings {
   solveTimesTable?: string;
   /**
    * The slot ledger's table (LEDGER_TABLE; ../pipeline/ledger.ts): every invocation takes its lanes
-   * there, so the cap holds after a crash. Unset: reserved concurrency alone bounds the worker.
+   * there, so the cap holds after a crash; it also holds the state item, the pipeline state and
+   * the lane shape the worker reads (../pipeline/state-item.ts).
    */
-  ledgerTable?: string;
+  ledgerTable: string;
   /** The cap deployed (INITIAL_CAP): the slot ledger's until the cap adjuster has written one. */
   firstCap?: number;
   /** Days a row is kept after its last write (OUTCOME_RETENTION_DAYS; unset: for ever). */
@@ -85,12 +85,12 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
   if (allowedHosts.length === 0) {
     throw new ConfigError('ALLOWED_HOSTS', 'is required: a comma list of target hosts (exact or *.suffix)');
   }
+  const firstCap = readFirstCap(env);
   return {
     tableName: requireString(env, 'TABLE_NAME'),
     queueUrl: requireString(env, 'QUEUE_URL'),
     queueArn: requireString(env, 'QUEUE_ARN'),
     dlqUrl: requireString(env, 'DLQ_URL'),
-    pipelineStateParam: requireString(env, 'PIPELINE_STATE_PARAM'),
     captchaAiUrl: optionalString(env, 'CAPTCHAAI_URL', DEFAULTS.captchaaiUrl),
     captchaAiSecretName: requireString(env, 'CAPTCHAAI_SECRET_NAME'),
     timeScale,
@@ -113,10 +113,8 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     ),
     functionName: requireString(env, 'AWS_LAMBDA_FUNCTION_NAME'),
     solveTimesTable: env.SOLVE_TIMES_TABLE?.trim() || undefined,
-    ledgerTable: env.LEDGER_TABLE?.trim() || undefined,
-    ...(env.INITIAL_CAP?.trim()
-      ? { firstCap: optionalNumber(env, 'INITIAL_CAP', 1, { min: 1, integer: true }) }
-      : {}),
+    ledgerTable: requireString(env, 'LEDGER_TABLE'),
+    ...(firstCap === undefined ? {} : { firstCap }),
     ...(env.OUTCOME_RETENTION_DAYS?.trim()
       ? {
           outcomeRetentionDays: optionalNumber(env, 'OUTCOME_RETENTION_DAYS', 0, {

@@ -56,7 +56,10 @@ export interface WorkerDeps {
    * so a garbage collection waits until every lane is waiting. Unset: each wait decides alone.
    */
   idle?: { laneStarted(): () => void };
-  /** The slot ledger (../pipeline/ledger.ts); unset: reserved concurrency alone bounds the worker. */
+  /**
+   * The slot ledger (../pipeline/ledger.ts): always in a deployed worker (LEDGER_TABLE); unset in tests
+   * of the records alone, where reserved concurrency alone bounds the worker.
+   */
   ledger?: SlotLedger;
   /** A unique lease owner per claim. */
   newOwner?: () => string;

@@ -19,7 +19,11 @@ import { MIN_CAPTCHAAI_HTTP_TIMEOUT_MS } from './config.js';
 
 /** Kept back before the function timeout to leave the record cleanly (functions/worker.ts). */
 export const DEADLINE_MARGIN_MS = 3_000;
-/** Cold start, the secret read, the pipeline-state read, DNS of the target: not time-scaled. */
+/**
+ * Cold start, the secret read, the pipeline-state read (with no young snapshot to answer a failed
+ * one, its tries for up to 1 s and then one call: ../pipeline/state-view.ts), DNS of the target:
+ * not time-scaled.
+ */
 export const SETUP_MS = 10_000;
 /**
  * One AWS call (a DynamoDB write, a mapping update, an SQS send), its SDK retries included: what

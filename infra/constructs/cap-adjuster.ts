@@ -9,7 +9,6 @@ import { Construct } from 'constructs';
 import { readCapAdjusterConfig } from '../../functions/pipeline/cap.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
-import type { PipelineState } from './pipeline-state.js';
 import type { SlotLedgerTable } from './slot-ledger-table.js';
 import { METRICS_NAMESPACE, type Worker } from './worker.js';
 
@@ -20,8 +19,7 @@ export interface CapAdjusterProps {
   readonly config: ThreadgateConfig;
   readonly worker: Worker;
   readonly queue: sqs.IQueue;
-  readonly pipelineState: PipelineState;
-  /** The slot ledger: the adjuster writes the cap there and frees expired leases. */
+  /** The slot ledger: the adjuster writes the cap there, frees expired leases, and reads and writes the state item. */
   readonly ledger: SlotLedgerTable;
 }
 
@@ -38,7 +36,7 @@ export class CapAdjuster extends Construct {
   readonly role: iam.IRole;
   readonly rule: events.Rule;
   readonly bundled: BundledFunction;
-  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see PipelineState.grantMappingControl). */
+  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see Worker.grantMappingControl). */
   readonly mappingPolicy: iam.Policy;
 
   constructor(scope: Construct, id: string, props: CapAdjusterProps) {
@@ -49,17 +47,17 @@ export class CapAdjuster extends Construct {
     const environment: Record<string, string> = {
       WORKER_FUNCTION_NAME: worker.functionName,
       QUEUE_ARN: props.queue.queueArn,
-      PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
       CAPTCHAAI_URL: config.captchaaiUrl,
       CAPTCHAAI_SECRET_NAME: config.secretName,
       TIME_SCALE: String(config.timeScale),
       RESERVE: String(config.reserve),
       MIN_CAP: String(config.minCap),
       MAX_CAP: String(config.maxCap),
-      ...(props.pipelineState.laneShape
+      ...(config.lanes > 1
         ? {
             LANES: String(config.lanes),
-            LANE_SHAPE_PARAM: props.pipelineState.laneShape.parameterName,
+            // The first shape, the one the stack deployed, stands until the adjuster publishes one.
+            INITIAL_CAP: String(config.initialCap),
             WORKER_TIMEOUT_SECONDS: String(config.workerTimeoutSeconds),
           }
         : {}),
@@ -74,7 +72,7 @@ export class CapAdjuster extends Construct {
       functionName: this.functionName,
       entry: 'functions/cap-adjuster.ts',
       description: 'threadgate cap adjuster: keeps the worker concurrency at plan threads minus the reserve',
-      // threadsinfo (its HTTP timeout scales with TIME_SCALE) plus a few Lambda and SSM calls.
+      // threadsinfo (its HTTP timeout scales with TIME_SCALE) plus a few Lambda and DynamoDB calls.
       timeout: Duration.seconds(60),
       logRetentionDays: config.logRetentionDays,
       logLevel: config.logLevel,
@@ -101,15 +99,9 @@ export class CapAdjuster extends Construct {
       ],
       resourceArns: [worker.fn.functionArn],
     });
-    props.pipelineState.grantReadWrite(this.role);
-    props.pipelineState.grantShapeReadWrite(this.role);
+    // The cap and the leases, and the state item: its pause and the lane shape it publishes.
     props.ledger.grantLeases(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
-    this.mappingPolicy = props.pipelineState.grantMappingControl(
-      this,
-      'ResizeWorkerMapping',
-      this.role,
-      worker.mapping.eventSourceMappingId,
-    );
+    this.mappingPolicy = worker.grantMappingControl(this, 'ResizeWorkerMapping', this.role);
   }
 }

@@ -4,7 +4,7 @@ import type { ThreadgateConfig } from '../config.js';
 import type { OptionalStackOutputKey, StackOutputKey } from '../outputs.js';
 import type { CapAdjuster } from './cap-adjuster.js';
 import type { OutcomeStream } from './outcome-stream.js';
-import type { PipelineState } from './pipeline-state.js';
+import type { SlotLedgerTable } from './slot-ledger-table.js';
 import type { Worker } from './worker.js';
 
 /** What the outputs are read from: the construct's members (infra/threadgate.ts). */
@@ -16,7 +16,7 @@ export interface StackOutputSources {
   readonly parts: {
     readonly worker: Worker;
     readonly adjuster: CapAdjuster;
-    readonly pipelineState: PipelineState;
+    readonly ledger: SlotLedgerTable;
     readonly outcomeStream?: OutcomeStream;
   };
   readonly config: ThreadgateConfig;
@@ -40,9 +40,10 @@ export function addStackOutputs(scope: Construct, tg: StackOutputSources): void 
       value: parts.worker.mapping.eventSourceMappingId,
       description: 'Jobs queue → worker mapping',
     },
-    PipelineStateParameter: {
-      value: parts.pipelineState.parameter.parameterName,
-      description: 'SSM parameter with the pipeline state (paused or not, and why)',
+    LedgerTableName: {
+      value: parts.ledger.table.tableName,
+      description:
+        'Slot ledger table: lane leases and the cap, and the state item (pk pipeline, sk state): the pipeline state and the lane shape',
     },
     AdjusterRuleName: {
       value: parts.adjuster.rule.ruleName,
@@ -64,12 +65,6 @@ export function addStackOutputs(scope: Construct, tg: StackOutputSources): void 
     optional.OutcomeFailuresQueueUrl = {
       value: parts.outcomeStream.failures.queueUrl,
       description: 'Outcome stream records that could not be published (Lambda on-failure records)',
-    };
-  }
-  if (parts.pipelineState.laneShape) {
-    optional.LaneShapeParameter = {
-      value: parts.pipelineState.laneShape.parameterName,
-      description: 'SSM parameter with the lane shape the cap adjuster publishes ({cap, r, L})',
     };
   }
   for (const [key, output] of Object.entries({ ...outputs, ...optional })) {

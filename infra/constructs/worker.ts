@@ -1,4 +1,4 @@
-import { Duration } from 'aws-cdk-lib';
+import { ArnFormat, Duration, Stack } from 'aws-cdk-lib';
 import type * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import type * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -12,7 +12,6 @@ import { laneShape } from '../../functions/pipeline/lanes.js';
 import { readWorkerConfig } from '../../functions/worker/config.js';
 import type { ThreadgateConfig } from '../config.js';
 import { BundledFunction } from './bundled-function.js';
-import type { PipelineState } from './pipeline-state.js';
 import type { SlotLedgerTable } from './slot-ledger-table.js';
 import type { SolveTimesTable } from './solve-times-table.js';
 
@@ -24,10 +23,9 @@ export interface WorkerProps {
   readonly queue: sqs.IQueue;
   readonly dlq: sqs.IQueue;
   readonly table: dynamodb.ITable;
-  readonly pipelineState: PipelineState;
   /** Where environments share solve times (the learned poll schedule); none: each learns alone. */
   readonly solveTimes?: SolveTimesTable;
-  /** Where every invocation takes its lanes (functions/pipeline/ledger.ts). */
+  /** Where every invocation takes its lanes (functions/pipeline/ledger.ts), and the state item. */
   readonly ledger: SlotLedgerTable;
 }
 
@@ -42,21 +40,20 @@ export class Worker extends Construct {
   readonly role: iam.IRole;
   readonly mapping: sources.SqsEventSource;
   readonly bundled: BundledFunction;
-  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see PipelineState.grantMappingControl). */
+  /** Get/Update on this stack's jobs-queue mapping only (a separate policy; see grantMappingControl). */
   readonly mappingPolicy: iam.Policy;
 
   constructor(scope: Construct, id: string, props: WorkerProps) {
     super(scope, id);
     const { config } = props;
     this.functionName = `${config.stackName}-worker`;
-    const firstShape = laneShape(config.initialCap, props.pipelineState.laneShape ? config.lanes : 1);
+    const firstShape = laneShape(config.initialCap, config.lanes);
 
     const environment: Record<string, string> = {
       TABLE_NAME: props.table.tableName,
       QUEUE_URL: props.queue.queueUrl,
       QUEUE_ARN: props.queue.queueArn,
       DLQ_URL: props.dlq.queueUrl,
-      PIPELINE_STATE_PARAM: props.pipelineState.parameter.parameterName,
       CAPTCHAAI_URL: config.captchaaiUrl,
       CAPTCHAAI_SECRET_NAME: config.secretName,
       TIME_SCALE: String(config.timeScale),
@@ -64,9 +61,7 @@ export class Worker extends Construct {
       ...(config.dnsServers.length > 0 ? { DNS_SERVERS: config.dnsServers.join(',') } : {}),
       LEASE_SECONDS: String(config.leaseSeconds),
       CHAIN_SECONDS: String(config.chainSeconds),
-      ...(props.pipelineState.laneShape
-        ? { LANES: String(config.lanes), LANE_SHAPE_PARAM: props.pipelineState.laneShape.parameterName }
-        : {}),
+      ...(config.lanes > 1 ? { LANES: String(config.lanes) } : {}),
       TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),
       TARGET_TIMEOUT_MS: String(config.targetTimeoutMs),
       COOLDOWN_MS: String(config.cooldownMs),
@@ -130,16 +125,41 @@ export class Worker extends Construct {
       actions: ['dynamodb:GetItem', 'dynamodb:UpdateItem'],
       resourceArns: [props.table.tableArn],
     });
-    props.pipelineState.grantReadWrite(this.role);
-    props.pipelineState.grantReadWithShape(this.role);
     props.solveTimes?.grantExchange(this.role);
+    // The leases, and the state item: its reads (state and shape) and the pause's write.
     props.ledger.grantLeases(this.role);
     secretsmanager.Secret.fromSecretNameV2(this, 'ApiKey', config.secretName).grantRead(this.role);
-    this.mappingPolicy = props.pipelineState.grantMappingControl(
-      this,
-      'PauseOwnMapping',
-      this.role,
-      this.mapping.eventSourceMappingId,
-    );
+    this.mappingPolicy = this.grantMappingControl(this, 'PauseOwnMapping', this.role);
+  }
+
+  /**
+   * Lets `role` find, read and update (disable; the adjuster also resizes) ONE event source
+   * mapping, this worker's. This must be a separate policy, not the role's default policy: the
+   * function depends on its role's default policy, and the mapping depends on the function, so a
+   * default-policy statement naming the mapping would be a dependency cycle.
+   * ListEventSourceMappings supports no resource-level permission, hence its `*`.
+   */
+  grantMappingControl(scope: Construct, id: string, role: iam.IRole): iam.Policy {
+    const mappingArn = Stack.of(scope).formatArn({
+      service: 'lambda',
+      resource: 'event-source-mapping',
+      resourceName: this.mapping.eventSourceMappingId,
+      arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+    });
+    return new iam.Policy(scope, id, {
+      roles: [role],
+      statements: [
+        new iam.PolicyStatement({
+          sid: 'ThisMappingOnly',
+          actions: ['lambda:GetEventSourceMapping', 'lambda:UpdateEventSourceMapping'],
+          resources: [mappingArn],
+        }),
+        new iam.PolicyStatement({
+          sid: 'FindMapping',
+          actions: ['lambda:ListEventSourceMappings'],
+          resources: ['*'],
+        }),
+      ],
+    });
   }
 }

@@ -24,8 +24,12 @@ export interface ChaosRates {
   neverFinish?: number;
   /** Per record: its `failed` write (POLL_TIMEOUT, SUBMIT_ANSWER_LOST, …) fails at the emulator on every try of one delivery. */
   timeoutWriteFails?: number;
-  /** Per SSM GetParameter(s) (the pipeline state every record reads; with lanes, with the lane shape): ThrottlingException. */
-  ssmThrottle?: number;
+  /**
+   * Per GetItem of the state item (the pipeline state, with lanes the lane shape too: read before
+   * every record at lanes 1, once per environment every 2 s × time scale with lanes):
+   * ProvisionedThroughputExceededException.
+   */
+  stateThrottle?: number;
   /** 1: the API key is rotated once mid-run (the secret and CaptchaAI at once); the run resumes and redrives as an operator would. */
   keyRotation?: number;
   /** 1: crafted SolveTimes items are written at the start (too many points, a future date, a slot out of range). */
@@ -77,7 +81,7 @@ export const CHAOS_RATE_NAMES = [
   'throttle',
   'neverFinish',
   'timeoutWriteFails',
-  'ssmThrottle',
+  'stateThrottle',
   'keyRotation',
   'poisonedItems',
   'cancelMidRun',
@@ -101,7 +105,7 @@ export const CHAOS_DEFAULTS = {
     throttle: 0.02,
     neverFinish: 0.02,
     timeoutWriteFails: 0.5,
-    ssmThrottle: 0.03,
+    stateThrottle: 0.03,
     keyRotation: 1,
     poisonedItems: 1,
     cancelMidRun: 1,
@@ -127,7 +131,8 @@ export interface FaultCounts {
   kills: number;
   /** `failed` writes the emulator failed, over the records chosen (only those that fail are hit). */
   timeoutWriteFailed: number;
-  ssmThrottled: number;
+  /** State-item reads the emulator throttled. */
+  stateThrottled: number;
   keyRotations: number;
   /** Pauses the run resumed (a stop on the old key while polling) and DLQ messages it redrove. */
   resumes: number;
@@ -227,7 +232,7 @@ export function formatChaos(r: {
     ...(r.worker ? [`worker         ${describeWorker(r.worker)}`] : []),
     `records        ${f.records}`,
     `faults         in.php answers lost: 502 ${d.lostHtml502}, dropped ${d.lostDrop}, late ${d.lostLate}; POST answers dropped ${d.postDropped}; final writes failed ${d.finalWriteFailed} (${d.finalWriteRules} records); throttled ${d.throttled}; runtime kills ${d.kills}`,
-    `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.ssmThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,
+    `               failed writes after a timeout ${d.timeoutWriteFailed}; state reads throttled ${d.stateThrottled}; key rotations ${d.keyRotations} (pauses resumed ${d.resumes}, DLQ redriven ${d.redriven}); poisoned SolveTimes items ${d.poisonedItems}`,
     `               batch cancels ${d.cancels}; cancel reads failed ${d.cancelReadsFailed} of ${d.cancelReads}; DNS SERVFAIL answers ${d.dnsServfails} (${d.dnsOutages} outages); DLQ sends failed ${d.dlqSendsFailed} of ${d.dlqSends}; DLQ messages without a reason ${d.dlqWithoutReason}`,
     `res.php        per task: mean ${f.resPhpPerTask.mean.toFixed(1)}, max ${f.resPhpPerTask.max} (${f.resPhpPerTask.tasks} tasks)`,
     `threads held   at most ${f.maxThreadsHeld} (cap ${f.cap}), counted by the CaptchaAI stand-in`,

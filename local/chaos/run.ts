@@ -7,10 +7,16 @@ import seedrandom from 'seedrandom';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { capCeiling, computeCap } from '../../functions/pipeline/cap-policy.js';
+import { STATE_ITEM_KEY } from '../../functions/pipeline/state-item.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import { cancelRefreshMs } from '../../functions/worker/cancel-watch.js';
 import { REPO_ROOT } from '../emulator/deploy.js';
-import { type AwsFaultRule, addAwsFaults, awsFaults } from '../emulator/fault-client.js';
+import {
+  type AwsFaultRule,
+  type AwsFaultRuleState,
+  addAwsFaults,
+  awsFaults,
+} from '../emulator/fault-client.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../runtime/child-process.js';
 import {
   type LocalStack,
@@ -80,6 +86,9 @@ async function sendAgain(stack: LocalStack, bodies: string[]): Promise<void> {
 
 /** The target's host name the workers resolve through the DNS stand-in (with `dnsOutage`). */
 const TARGET_NAME = 'chaos-form.dns.test';
+
+/** The stateThrottle rule: GetItem of the state item (a cancel read is a GetItem of the outcomes table). */
+const isStateRead = (r: AwsFaultRuleState) => r.operation === 'GetItem' && r.key?.pk === STATE_ITEM_KEY.pk;
 
 /** The two interleaved batches of a run with `cancelMidRun`: the second is cancelled. */
 function batchesOf(seed: number): { kept: string; cancelled: string } {
@@ -158,17 +167,17 @@ async function armFaults(stack: LocalStack, o: ChaosOptions, keys: string[]): Pr
   rules.push(
     ...timeoutWriteFaults(keys, o.rates.timeoutWriteFails ?? 0, seedrandom(`${seed}-timeout-write`)),
   );
-  if ((o.rates.ssmThrottle ?? 0) > 0) {
-    // With lanes the worker reads the state and the lane shape in one GetParameters.
-    for (const operation of ['GetParameter', 'GetParameters']) {
-      rules.push({
-        operation,
-        service: 'ssm',
-        rate: o.rates.ssmThrottle ?? 0,
-        seed: `${seed}-ssm-${operation}`,
-        error: 'ThrottlingException',
-      });
-    }
+  if ((o.rates.stateThrottle ?? 0) > 0) {
+    // The state item's reads alone (the worker's, the adjuster's and the operator's): the ledger's
+    // lease reads are GetItems of the same table under another key.
+    rules.push({
+      operation: 'GetItem',
+      service: 'dynamodb',
+      key: { ...STATE_ITEM_KEY },
+      rate: o.rates.stateThrottle ?? 0,
+      seed: `${seed}-state-read`,
+      error: 'ProvisionedThroughputExceededException',
+    });
   }
   if (o.rates.throttle > 0) {
     rules.push({
@@ -345,15 +354,15 @@ async function judge(
     throttled: failed((r) => r.key === null && r.operation === 'UpdateItem'),
     kills: run.kills,
     timeoutWriteFailed: failed((r) => r.key !== null && r.contains.some((c) => c.includes('failed'))),
-    ssmThrottled: failed((r) => r.operation === 'GetParameter' || r.operation === 'GetParameters'),
+    stateThrottled: failed(isStateRead),
     keyRotations: run.rotation.rotated ? 1 : 0,
     resumes: run.rotation.resumes,
     redriven: run.rotation.redriven,
     dlqWithoutReason: run.rotation.withoutReason.size,
     poisonedItems: run.poisoned,
     cancels: run.cancelledAt === undefined ? 0 : 1,
-    cancelReadsFailed: failed((r) => r.operation === 'GetItem'),
-    cancelReads: seen((r) => r.operation === 'GetItem'),
+    cancelReadsFailed: failed((r) => r.operation === 'GetItem' && !isStateRead(r)),
+    cancelReads: seen((r) => r.operation === 'GetItem' && !isStateRead(r)),
     dnsServfails: run.dns?.standin.queries(TARGET_NAME).filter((q) => q.answered === 'servfail').length ?? 0,
     dnsOutages: run.dns?.outages ?? 0,
     dlqSendsFailed: failed((r) => r.operation === 'SendMessage'),

@@ -2,15 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { LambdaClient } from '@aws-sdk/client-lambda';
+import { GetFunctionConfigurationCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { DEFAULT_TIMINGS } from '../../functions/captchaai/timings.js';
 import { ConfigError } from '../../functions/common/errors.js';
 import { DEFAULTS } from '../../functions/common/settings.js';
 import { capCeiling, computeCap } from '../../functions/pipeline/cap-policy.js';
 import { PipelineControl } from '../../functions/pipeline/control.js';
+import { readLaneSettings } from '../../functions/pipeline/lanes.js';
 import { resolveConfig, type ThreadgateSettings } from '../../infra/config.js';
 import {
   clientConfig,
@@ -104,8 +104,8 @@ export interface LocalStack<Standin extends CaptchaStandin | undefined = Captcha
   logDir: string;
   sqs: SQSClient;
   lambda: LambdaClient;
-  ssm: SSMClient;
   documents: DynamoDBDocumentClient;
+  /** The pipeline's pause, resume and state; with lanes, the lane shape too (the worker's LANES). */
   control: PipelineControl;
   stop(): Promise<void>;
 }
@@ -273,7 +273,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       reserve: ctx.reserve,
       timeScale: ctx.timeScale,
       logDir,
-      ...stackClients(awsEnv, deploy.outputs),
+      ...(await stackClients(awsEnv, deploy.outputs)),
       stop: stopAll,
     };
   } catch (err) {
@@ -395,18 +395,23 @@ async function startRuntime(
 }
 
 /** The SDK clients and the pipeline control a caller of the stack uses. */
-function stackClients(awsEnv: Record<string, string>, outputs: StackOutputs) {
+async function stackClients(awsEnv: Record<string, string>, outputs: StackOutputs) {
   const config = clientConfig(awsEnv);
   const sqs = new SQSClient(config);
   const lambda = new LambdaClient(config);
-  const ssm = new SSMClient(config);
-  const documents = DynamoDBDocumentClient.from(new DynamoDBClient(config));
+  const dynamodb = new DynamoDBClient(config);
+  const documents = DynamoDBDocumentClient.from(dynamodb);
+  const worker = await lambda.send(
+    new GetFunctionConfigurationCommand({ FunctionName: outputs.WorkerFunctionName }),
+  );
+  const { firstShape } = readLaneSettings(worker.Environment?.Variables ?? {});
   const control = new PipelineControl({
     lambda,
-    ssm,
-    stateParameterName: outputs.PipelineStateParameter,
+    dynamodb,
+    ledgerTable: outputs.LedgerTableName,
     workerFunctionName: outputs.WorkerFunctionName,
     queueArn: outputs.QueueArn,
+    ...(firstShape ? { firstShape } : {}),
   });
-  return { sqs, lambda, ssm, documents, control };
+  return { sqs, lambda, documents, control };
 }

@@ -5,10 +5,9 @@ import {
   type MessageAttributeValue,
   ReceiveMessageCommand,
 } from '@aws-sdk/client-sqs';
-import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import { BatchGetCommand, paginateScan } from '@aws-sdk/lib-dynamodb';
 import { readCap } from '../../functions/pipeline/cap-policy.js';
-import { laneShape, parseShape } from '../../functions/pipeline/lanes.js';
+import { laneShape } from '../../functions/pipeline/lanes.js';
 import { isCancelKey } from '../../functions/records/cancellations.js';
 import { isFinalStatus } from '../../functions/records/store.js';
 import type { AnyLocalStack, LocalStack } from './local-stack.js';
@@ -23,7 +22,7 @@ export function workerMapping(stack: LocalStack) {
 
 /**
  * The worker as deployed: its memory, its `lanes` setting (LANES) and the shape its cap runs in
- * (the lane-shape parameter the adjuster publishes; the first shape the stack wrote until then):
+ * (the lane shape the adjuster publishes; the first shape the stack deployed until then):
  * r invocations (reserved concurrency, the mapping's maximum) of L lanes, and the account's
  * Lambda concurrency the reservation needs, r + 100 (Lambda keeps 100 unreserved).
  */
@@ -33,12 +32,9 @@ export async function deployedWorker(stack: AnyLocalStack): Promise<DeployedWork
   );
   const env = conf.Environment?.Variables ?? {};
   const setting = Number(env.LANES ?? 1) || 1;
-  let shape = setting > 1 ? undefined : laneShape(await currentCap(stack), 1);
-  if (!shape && env.LANE_SHAPE_PARAM) {
-    const out = await stack.ssm.send(new GetParameterCommand({ Name: env.LANE_SHAPE_PARAM }));
-    shape = parseShape(out.Parameter?.Value);
-  }
-  shape ??= laneShape(await currentCap(stack), setting);
+  const shape =
+    (setting > 1 ? await stack.control.readShape() : undefined) ??
+    laneShape(await currentCap(stack), setting);
   return {
     worker_memory_mb: conf.MemorySize ?? 128,
     lanes: { setting, r: shape.r, L: shape.L, lambda_quota_needed: shape.r + 100 },
@@ -225,9 +221,6 @@ export async function currentCap(stack: AnyLocalStack): Promise<number> {
       })
     ).cap ??
     0;
-  const shapeName = stack.outputs.LaneShapeParameter;
-  if (!shapeName) return invocations;
-  const out = await stack.ssm.send(new GetParameterCommand({ Name: shapeName }));
-  const shape = parseShape(out.Parameter?.Value);
+  const shape = await stack.control.readShape();
   return shape && shape.L > 1 ? Math.min(shape.cap, invocations * shape.L) : invocations;
 }

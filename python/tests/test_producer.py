@@ -180,6 +180,46 @@ class WaitRules(unittest.TestCase):
         self.assertIn("threadgate wait --batch b --expect 1", result.message)
 
 
+class PausedPipeline(unittest.TestCase):
+    """wait(state_table=…) reads the state item as grantProduce allows: its `state` alone, consistently."""
+
+    def table(self, state):
+        gets = []
+        items = [{"record_key": {"S": "a"}, "status": {"S": "in_progress"}}]
+
+        class D:
+            def query(self, **kw):
+                return {"Items": items}
+
+            def get_item(self, **kw):
+                gets.append(kw)
+                if kw["TableName"] != "ledger":
+                    return {}  # the batch's cancel item: none
+                return {"Item": {"pk": {"S": "pipeline"}, "sk": {"S": "state"}, "state": {"S": json.dumps(state)}}} \
+                    if state is not None else {}
+
+            batch_get_item = batch_get(items)
+        return D(), gets
+
+    def test_a_recorded_pause_ends_the_wait_with_3(self):
+        dynamodb, gets = self.table({"paused": True, "reason": "CaptchaAI answered ERROR_ZERO_BALANCE", "by": "worker"})
+        result = tg.wait("t", "b", expect=1, dynamodb=dynamodb, state_table="ledger", sleep=lambda s: None)
+        self.assertEqual((result.end, result.exit_code), ("paused", tg.EXIT_STOP))
+        self.assertIn("ERROR_ZERO_BALANCE", result.message)
+        state_reads = [g for g in gets if g["TableName"] == "ledger"]
+        self.assertEqual(state_reads, [{
+            "TableName": "ledger", "Key": {"pk": {"S": "pipeline"}, "sk": {"S": "state"}}, "ConsistentRead": True,
+            "ProjectionExpression": "#state", "ExpressionAttributeNames": {"#state": "state"}}])
+
+    def test_no_state_recorded_or_a_resume_is_running(self):
+        for state in (None, {"paused": False, "by": "operator"}):
+            dynamodb, _ = self.table(state)
+            clock = iter(range(0, 1000, 5))
+            result = tg.wait("t", "b", expect=1, timeout_s=10, dynamodb=dynamodb, state_table="ledger",
+                             sleep=lambda s: None, now=lambda: next(clock))
+            self.assertEqual(result.end, "timeout")
+
+
 class BatchReads(unittest.TestCase):
     """The batch index holds status and reason only: waits poll it, whole rows are read by key."""
 
@@ -337,7 +377,7 @@ class Region(unittest.TestCase):
         os.environ["AWS_REGION"] = "eu-west-3"
         outcomes, send = (sys.modules[f"threadgate_producer.{m}"] for m in ("outcomes", "send"))
         self.assertEqual(send._client(None).meta.region_name, "eu-west-3")
-        for name in ("dynamodb", "cloudformation", "ssm"):
+        for name in ("dynamodb", "cloudformation"):
             self.assertEqual(outcomes._client(name, None).meta.region_name, "eu-west-3")
 
     def test_aws_region_comes_before_aws_default_region(self):

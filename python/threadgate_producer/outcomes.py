@@ -27,6 +27,9 @@ CANCEL_BOUND_S = 10
 CANCEL_KEY_PREFIX = "cancelled batch "
 #: Every attribute a cancel item holds (functions/records/cancellations.ts CANCEL_ITEM_ATTRIBUTES).
 CANCEL_ITEM_ATTRIBUTES = ("record_key", "cancelled_batch", "cancel_reason", "cancelled_at", "cancelled_by")
+#: The state item in the slot-ledger table (stack output LedgerTableName; functions/pipeline/state-item.ts):
+#: its `state` attribute holds the pipeline state as JSON {paused, reason, code, since, by}.
+STATE_ITEM_KEY = {"pk": "pipeline", "sk": "state"}
 #: Reasons of `failed` rows the form itself refused by the job's `expect` block; the row's
 #: `expect_rule` names the check (e.g. "body_excludes[0]"). They count as failed (exit 2).
 FORM_REFUSALS = ("FORM_REJECTED", "FORM_UNCONFIRMED")
@@ -217,11 +220,16 @@ def cancel(table_name: str, batch_id: str, reason: Optional[str] = None, *, by: 
     return {**_cancel_of(item), "already": False}
 
 
-def _paused(ssm, parameter):
-    if parameter is None:
+def _paused(dynamodb, state_table):
+    """The recorded pause, or None: one strongly consistent GetItem of the state item's `state` alone
+    (what grantProduce allows: an IAM condition names that attribute and no other)."""
+    if state_table is None:
         return None
-    state = json.loads(_client("ssm", ssm).get_parameter(Name=parameter)["Parameter"]["Value"])
-    return state if state.get("paused") else None
+    item = _client("dynamodb", dynamodb).get_item(
+        TableName=state_table, Key={k: {"S": v} for k, v in STATE_ITEM_KEY.items()}, ConsistentRead=True,
+        ProjectionExpression="#state", ExpressionAttributeNames={"#state": "state"}).get("Item", {})
+    state = json.loads(item.get("state", {}).get("S", "{}"))
+    return state if state.get("paused") is True else None
 
 
 def _epoch_s(iso: str) -> float:
@@ -241,7 +249,7 @@ def _timeout_text(batch_id, expect, ended, counts, rows, timeout_s):
 
 
 def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600, dynamodb=None,
-         interval_s: float = 2, state_parameter: Optional[str] = None, ssm=None,
+         interval_s: float = 2, state_table: Optional[str] = None,
          cancel_bound_s: float = CANCEL_BOUND_S, sleep=time.sleep, now=time.monotonic,
          clock=time.time) -> WaitResult:
     """Polls the batch's rows until it is done, the pipeline is paused, or `timeout_s` passes.
@@ -255,7 +263,7 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
     records is in progress on a look made after cancelled_at + `cancel_bound_s` (the deployment's
     bound: 10 s x its time scale, at least 1 s; before it a worker may still post a record of the
     batch): its messages still queued end `cancelled` without a task. `clock` is the wall clock
-    (epoch seconds) that bound is read on. With `state_parameter` (stack output PipelineStateParameter) a paused
+    (epoch seconds) that bound is read on. With `state_table` (stack output LedgerTableName) a paused
     pipeline ends the wait with 3 at once, as the CLI does. The CLI also counts records whose
     message reached the DLQ without a row; this function reads only the table, so such a record
     makes it time out. `expect=0` (every record refused, say) is done at once with exit 0 while no
@@ -292,7 +300,7 @@ def wait(table_name: str, batch_id: str, *, expect: int, timeout_s: float = 600,
             return result("cancelled", EXIT_CANCELLED,
                           f"batch {batch_id}: the batch was cancelled at {cancel['cancelled_at']}; {ended} of "
                           f"{expect} records ended, none is in progress")
-        paused = _paused(ssm, state_parameter)
+        paused = _paused(dynamodb, state_table)
         if paused:
             return result("paused", EXIT_STOP, f"batch {batch_id}: {expect - ended} of {expect} records have not "
                           f"ended and the pipeline is paused: {paused.get('reason', 'no reason recorded')}")

@@ -37,7 +37,7 @@ describe('the bench’s bill', () => {
       'dynamodb:UpdateItem',
       'sqs:ReceiveMessage',
       'sqs:SendMessageBatch',
-      'ssm:GetParameter',
+      'dynamodb:GetItem',
     ]) {
       expect(ops).toContain(op);
     }

@@ -1,6 +1,4 @@
-import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
-import { laneShape, type PublishedShape, parseShape } from '../../functions/pipeline/lanes.js';
-import { clientConfig } from '../../local/emulator/deploy.js';
+import { laneShape, type PublishedShape } from '../../functions/pipeline/lanes.js';
 import { type RuntimeProcess, spawnRuntimeProcess } from '../../local/runtime/child-process.js';
 import { type LocalStack, localRuntimeOptions } from '../../local/stack/local-stack.js';
 import { startE2eStack } from './harness.js';
@@ -59,14 +57,9 @@ export class LanesStack {
     await this.stack.stop();
   }
 
-  async publishedShape(): Promise<PublishedShape | undefined> {
-    const ssm = new SSMClient(clientConfig(this.stack.awsEnv));
-    try {
-      const out = await ssm.send(new GetParameterCommand({ Name: `/${this.stack.stackName}/lane-shape` }));
-      return parseShape(out.Parameter?.Value);
-    } finally {
-      ssm.destroy();
-    }
+  /** The lane shape as the workers read it: the adjuster's, or the first one until it publishes. */
+  publishedShape(): Promise<PublishedShape | undefined> {
+    return this.stack.control.readShape();
   }
 
   /** In.php calls (with a task) and POSTs per record of `keys`, from the stand-ins' own logs. */

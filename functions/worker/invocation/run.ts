@@ -81,15 +81,11 @@ export async function runInvocation(
  */
 export const RECEIVE_VISIBILITY_MARGIN_S = 60;
 
-/** An invocation's first read of the lane shape is tried this often, SHAPE_RETRY_MS × n apart. */
-const SHAPE_READ_TRIES = 3;
-const SHAPE_RETRY_MS = 200;
-
 /**
  * The lanes this invocation starts with, and the lanes it may keep as the published shape moves
- * (../pipeline/lanes.ts): none with one lane. Before the adjuster has published a shape, or when
- * it cannot be read after a few tries (a failed read answers the environment's last good one for
- * a while: ../../pipeline/state-view.ts), one lane.
+ * (../pipeline/lanes.ts): none with one lane. When the shape cannot be read (the environment's
+ * view answers a failed read with its last good one for a while, or tries again for a moment:
+ * ../../pipeline/state-view.ts), one lane.
  */
 async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pick<ProcessOptions, 'lanes'>> {
   const { config, pipeline } = deps;
@@ -100,15 +96,10 @@ async function invocationLanes(deps: WorkerDeps, startedAt: number): Promise<Pic
     return shape ? Math.min(config.lanes, lanesAllowed(shape, startedAt, deps.now())) : 1;
   };
   let count = 1;
-  for (let attempt = 1; attempt <= SHAPE_READ_TRIES; attempt++) {
-    try {
-      count = await allowed();
-      break;
-    } catch (err) {
-      if (attempt === SHAPE_READ_TRIES)
-        deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
-      else await deps.sleep(SHAPE_RETRY_MS * attempt);
-    }
+  try {
+    count = await allowed();
+  } catch (err) {
+    deps.logger.warn('could not read the lane shape; one lane', errorSummary(err));
   }
   return { lanes: { count, allowed } };
 }

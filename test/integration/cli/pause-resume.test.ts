@@ -1,7 +1,8 @@
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { GetEventSourceMappingCommand, LambdaClient } from '@aws-sdk/client-lambda';
-import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { recordedState as stateIn } from '../../fixtures/aws.js';
 import { type CliStack, cliEnv, cliRuns, runCli, startCliStack } from '../../fixtures/cli.js';
 
 const API_KEY = 'pause-suite-key-0b7e61d94c2a83f5';
@@ -9,23 +10,23 @@ const API_KEY = 'pause-suite-key-0b7e61d94c2a83f5';
 let stack: CliStack;
 let standin: CaptchaStandin;
 let lambda: LambdaClient;
-let ssm: SSMClient;
+let dynamodb: DynamoDBClient;
 
 async function mappingState(): Promise<string | undefined> {
   const out = await lambda.send(new GetEventSourceMappingCommand({ UUID: stack.outputs.MappingUuid }));
   return out.State;
 }
 
-async function recordedState(): Promise<Record<string, unknown>> {
-  const out = await ssm.send(new GetParameterCommand({ Name: stack.outputs.PipelineStateParameter }));
-  return JSON.parse(out.Parameter?.Value ?? '{}');
+/** The pipeline state in the stack's state item. */
+function recordedState() {
+  return stateIn(dynamodb, stack.outputs.LedgerTableName!);
 }
 
 beforeAll(async () => {
   standin = await startCaptchaStandin({ port: 0, threads: 5, apiKey: API_KEY });
   stack = await startCliStack({ captchaAiUrl: standin.url });
   lambda = new LambdaClient(stack.clientConfig);
-  ssm = new SSMClient(stack.clientConfig);
+  dynamodb = new DynamoDBClient(stack.clientConfig);
   const secret = await runCli(['secret', 'set'], { env: cliEnv(stack.moto), stdin: API_KEY });
   expect(secret.code).toBe(0);
 });
@@ -41,7 +42,7 @@ afterAll(async () => {
 });
 
 describe('threadgate pause', () => {
-  it('disables the mapping and records the reason in the pipeline-state parameter', async () => {
+  it('disables the mapping and records the reason in the state item', async () => {
     // Act
     const run = await runCli(['pause', '--reason', 'partner portal maintenance'], {
       env: cliEnv(stack.moto),

@@ -1,11 +1,17 @@
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
-import { LambdaClient, UpdateEventSourceMappingCommand } from '@aws-sdk/client-lambda';
+import {
+  GetFunctionConfigurationCommand,
+  LambdaClient,
+  UpdateEventSourceMappingCommand,
+  UpdateFunctionConfigurationCommand,
+} from '@aws-sdk/client-lambda';
 import { ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { DynamoDBDocumentClient, PutCommand } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderChart } from '../../../cli/commands/status.js';
+import { writeStateItem } from '../../../functions/pipeline/state-item.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { recordState } from '../../fixtures/aws.js';
 import { type CliStack, cliEnv, cliRuns, runCli, runCliPiped, startCliStack } from '../../fixtures/cli.js';
 
 const API_KEY = 'status-suite-key-5f3a9c0e7d21b4a8';
@@ -13,7 +19,7 @@ const API_KEY = 'status-suite-key-5f3a9c0e7d21b4a8';
 let stack: CliStack;
 let standin: CaptchaStandin;
 let documents: DynamoDBDocumentClient;
-let ssm: SSMClient;
+let dynamodb: DynamoDBClient;
 
 async function send(sqs: SQSClient, queueUrl: string, count: number, prefix: string): Promise<void> {
   await sqs.send(
@@ -51,7 +57,7 @@ beforeAll(async () => {
   );
   await send(sqs, stack.outputs.DlqUrl!, 2, 'dead');
   documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
-  ssm = new SSMClient(stack.clientConfig);
+  dynamodb = new DynamoDBClient(stack.clientConfig);
   for (const [key, status] of [
     ['a', 'submitted'],
     ['b', 'submitted'],
@@ -93,6 +99,44 @@ describe('threadgate status', () => {
       dlq: { depth: 2 },
       outcomes: { submitted: 2, failed: 1, in_progress: 0, rejected: 0, stopped: 0 },
     });
+  });
+
+  it("with lanes (the worker's LANES) shows the first shape until the adjuster publishes one, then the published one", async () => {
+    // Prepare: the worker deployed with lanes 4 and initial cap 8 (first shape 2 × 4); no shape published
+    const lambda = new LambdaClient(stack.clientConfig);
+    const worker = stack.outputs.WorkerFunctionName!;
+    const deployed = (await lambda.send(new GetFunctionConfigurationCommand({ FunctionName: worker })))
+      .Environment?.Variables;
+    const withEnv = (Variables: Record<string, string>) =>
+      lambda.send(
+        new UpdateFunctionConfigurationCommand({ FunctionName: worker, Environment: { Variables } }),
+      );
+    await withEnv({ ...deployed, LANES: '4', INITIAL_CAP: '8' });
+    try {
+      // Act
+      const first = JSON.parse(
+        (await runCli(['status', '--json', '--no-outcomes'], { env: cliEnv(stack.moto) })).stdout,
+      );
+      await writeStateItem(
+        dynamodb,
+        stack.outputs.LedgerTableName!,
+        'shape',
+        JSON.stringify({ cap: 6, r: 2, L: 3, since: 1 }),
+      );
+      const published = JSON.parse(
+        (await runCli(['status', '--json', '--no-outcomes'], { env: cliEnv(stack.moto) })).stdout,
+      );
+      // Assess: the knobs allow 6 invocations; the cap in force is r × L, never above the shape's cap
+      expect(first).toMatchObject({ cap: 8, lanes: { invocations: 6, lanesPerInvocation: 4 } });
+      expect(published).toMatchObject({ cap: 6, lanes: { invocations: 6, lanesPerInvocation: 3 } });
+    } finally {
+      await withEnv({ ...deployed });
+    }
+    // One lane again: the shape left in the item is not read.
+    const one = JSON.parse(
+      (await runCli(['status', '--json', '--no-outcomes'], { env: cliEnv(stack.moto) })).stdout,
+    );
+    expect(one).toMatchObject({ cap: 6, lanes: null });
   });
 
   it('says "clamped by maxCap" with the threads left idle when the plan is above the adjuster\'s MAX_CAP', async () => {
@@ -242,21 +286,14 @@ describe('threadgate status', () => {
     expect(reports.map((r) => r.cap)).toEqual([6, 6]);
   });
 
-  it('shows when the pipeline-state parameter and the mapping disagree, and what to run; that command clears it', async () => {
+  it('shows when the recorded pipeline state and the mapping disagree, and what to run; that command clears it', async () => {
     // Prepare: a pause recorded but the mapping left enabled (a pause whose mapping update failed)
-    await ssm.send(
-      new PutParameterCommand({
-        Name: stack.outputs.PipelineStateParameter,
-        Overwrite: true,
-        Type: 'String',
-        Value: JSON.stringify({
-          paused: true,
-          reason: 'key revoked',
-          code: 'ERROR_KEY_DOES_NOT_EXIST',
-          by: 'worker',
-        }),
-      }),
-    );
+    await recordState(dynamodb, stack.outputs.LedgerTableName!, {
+      paused: true,
+      reason: 'key revoked',
+      code: 'ERROR_KEY_DOES_NOT_EXIST',
+      by: 'worker',
+    });
     // Act
     const json = JSON.parse((await runCli(['status', '--json'], { env: cliEnv(stack.moto) })).stdout);
     const text = (await runCli(['status'], { env: cliEnv(stack.moto) })).stdout;
@@ -269,7 +306,7 @@ describe('threadgate status', () => {
       mismatch: { kind: 'paused_but_mapping_enabled' },
     });
     expect(json.pipeline.mismatch.fix).toContain('`threadgate pause --reason "key revoked"`');
-    expect(text).toMatch(/MISMATCH\s+the pipeline-state parameter says paused but the mapping is Enabled/);
+    expect(text).toMatch(/MISMATCH\s+the recorded pipeline state says paused but the mapping is Enabled/);
     expect(text).toMatch(/to fix\s+`threadgate pause --reason "key revoked"` disables the mapping/);
     expect(fixed.code).toBe(0);
     expect(after.pipeline).toMatchObject({ paused: true, enabled: false, mismatch: null });
@@ -277,14 +314,7 @@ describe('threadgate status', () => {
 
   it('shows a disabled mapping with no pause recorded, and `threadgate resume` clears it', async () => {
     // Prepare: no pause recorded, the mapping disabled (a resume whose mapping update failed)
-    await ssm.send(
-      new PutParameterCommand({
-        Name: stack.outputs.PipelineStateParameter,
-        Overwrite: true,
-        Type: 'String',
-        Value: JSON.stringify({ paused: false }),
-      }),
-    );
+    await recordState(dynamodb, stack.outputs.LedgerTableName!, { paused: false });
     const lambda = new LambdaClient(stack.clientConfig);
     await lambda.send(
       new UpdateEventSourceMappingCommand({ UUID: stack.outputs.MappingUuid, Enabled: false }),

@@ -9,7 +9,6 @@ import {
   SendMessageCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
-import { PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import { BatchWriteCommand, DynamoDBDocumentClient } from '@aws-sdk/lib-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -25,12 +24,13 @@ import { BATCH_INDEX_NAME } from '../../../functions/records/batch-index.js';
 import { BatchCancels } from '../../../functions/records/cancellations.js';
 import { type OutcomeRow, OutcomesStore } from '../../../functions/records/store.js';
 import { awsUsage, resetAwsUsage } from '../../../local/emulator/usage.js';
+import { recordState } from '../../fixtures/aws.js';
 import { asStored, type CliStack, cliEnv, runCli, startCliStack } from '../../fixtures/cli.js';
 
 let stack: CliStack;
 let documents: DynamoDBDocumentClient;
 let sqs: SQSClient;
-let ssm: SSMClient;
+let dynamodb: DynamoDBClient;
 const dir = mkdtempSync(join(tmpdir(), 'tg-wait-'));
 const now = new Date().toISOString();
 
@@ -38,7 +38,7 @@ beforeAll(async () => {
   stack = await startCliStack();
   documents = DynamoDBDocumentClient.from(new DynamoDBClient(stack.clientConfig));
   sqs = new SQSClient({ ...stack.clientConfig, useQueueUrlAsEndpoint: false });
-  ssm = new SSMClient(stack.clientConfig);
+  dynamodb = new DynamoDBClient(stack.clientConfig);
 });
 afterAll(async () => {
   await stack?.stop();
@@ -98,23 +98,18 @@ async function heldMessage(recordKey: string): Promise<() => Promise<void>> {
 }
 
 async function setPaused(paused: boolean): Promise<void> {
-  await ssm.send(
-    new PutParameterCommand({
-      Name: stack.outputs.PipelineStateParameter,
-      Overwrite: true,
-      Type: 'String',
-      Value: JSON.stringify(
-        paused
-          ? {
-              paused: true,
-              reason: 'CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST',
-              code: 'ERROR_KEY_DOES_NOT_EXIST',
-              by: 'worker',
-              since: now,
-            }
-          : { paused: false },
-      ),
-    }),
+  await recordState(
+    dynamodb,
+    stack.outputs.LedgerTableName!,
+    paused
+      ? {
+          paused: true,
+          reason: 'CaptchaAI answered ERROR_KEY_DOES_NOT_EXIST',
+          code: 'ERROR_KEY_DOES_NOT_EXIST',
+          by: 'worker',
+          since: now,
+        }
+      : { paused: false },
   );
 }
 

@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { GetParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
+import { DynamoDBClient, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   AWS_CONNECTION_TIMEOUT_MS,
@@ -56,7 +56,7 @@ describe('awsClientOptions', () => {
 
   it('gives up a call to an endpoint that never answers after its attempts, each cut at the request timeout', async () => {
     // Prepare
-    const ssm = new SSMClient({
+    const dynamodb = new DynamoDBClient({
       ...awsClientOptions(),
       endpoint,
       region: 'us-east-1',
@@ -64,8 +64,8 @@ describe('awsClientOptions', () => {
     });
     requests = 0;
     // Act
-    const failure = await ssm
-      .send(new GetParameterCommand({ Name: '/x/pipeline-state' }))
+    const failure = await dynamodb
+      .send(new GetItemCommand({ TableName: 'ledger', Key: { pk: { S: 'pipeline' }, sk: { S: 'state' } } }))
       .catch((e: unknown) => e);
     // Assess: a timeout error, and exactly the allowed attempts reached the endpoint.
     expect((failure as Error).name).toBe('TimeoutError');

@@ -1,6 +1,7 @@
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { CloudFormationClient, CreateStackCommand } from '@aws-sdk/client-cloudformation';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import {
   CreateEventSourceMappingCommand,
   CreateFunctionCommand,
@@ -11,20 +12,22 @@ import {
 } from '@aws-sdk/client-lambda';
 import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { CreateQueueCommand, GetQueueAttributesCommand, SQSClient } from '@aws-sdk/client-sqs';
-import { GetParameterCommand, PutParameterCommand, SSMClient } from '@aws-sdk/client-ssm';
 import type { Context } from 'aws-lambda';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { CaptchaAiClient } from '../../../functions/captchaai/client.js';
 import { type AdjustCapDeps, adjustCap, type CapMetricName } from '../../../functions/pipeline/cap.js';
 import type { CapSettings } from '../../../functions/pipeline/cap-policy.js';
 import { PipelineControl, type PipelineState } from '../../../functions/pipeline/control.js';
+import { laneShape } from '../../../functions/pipeline/lanes.js';
+import { readStateItem } from '../../../functions/pipeline/state-item.js';
 import { resolveConfig } from '../../../infra/config.js';
 import { MOTO_REGION, type MotoServer, startMoto } from '../../../local/emulator/moto.js';
 import { writeZip } from '../../../local/emulator/zip.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
+import { createPkSkTable, recordedState, recordState } from '../../fixtures/aws.js';
 
 /**
- * The cap adjuster against moto's Lambda, SQS and SSM APIs and the CaptchaAI stand-in's
+ * The cap adjuster against moto's Lambda, SQS and DynamoDB APIs and the CaptchaAI stand-in's
  * threadsinfo. moto enforces an account concurrency quota of 110 here, so at most 10 can be
  * reserved before the "unreserved below its minimum of [100]" error, as on a small real account.
  */
@@ -36,7 +39,7 @@ const WORKER = 'tg-test-worker';
 let moto: MotoServer;
 let standin: CaptchaStandin;
 let lambda: LambdaClient;
-let ssm: SSMClient;
+let dynamodb: DynamoDBClient;
 let sqs: SQSClient;
 let cfn: CloudFormationClient;
 let clientConfig: {
@@ -48,7 +51,8 @@ let clientConfig: {
 interface World {
   queueArn: string;
   mappingUuid: string;
-  stateParameter: string;
+  /** The slot ledger's table: the state item. */
+  ledgerTable: string;
   control: PipelineControl;
 }
 
@@ -70,7 +74,7 @@ beforeAll(async () => {
     credentials: { accessKeyId: 'testing', secretAccessKey: 'testing' },
   };
   lambda = new LambdaClient(clientConfig);
-  ssm = new SSMClient(clientConfig);
+  dynamodb = new DynamoDBClient(clientConfig);
   sqs = new SQSClient(clientConfig);
   cfn = new CloudFormationClient(clientConfig);
   lambda.middlewareStack.add(
@@ -101,7 +105,7 @@ async function resetMoto(): Promise<void> {
   expect(res.ok).toBe(true);
 }
 
-/** A worker function, its SQS mapping and the pipeline-state parameter, as the stack creates them. */
+/** A worker function, its SQS mapping and the slot ledger holding the pipeline state, as the stack creates them. */
 async function createWorld(
   knobs: { reserved?: number; mappingMaximum?: number; paused?: boolean } = {},
 ): Promise<World> {
@@ -172,7 +176,7 @@ async function createWorld(
         : { ScalingConfig: { MaximumConcurrency: knobs.mappingMaximum } }),
     }),
   );
-  const stateParameter = '/tg-test/pipeline-state';
+  const ledgerTable = await createPkSkTable(dynamodb, 'tg-test-ledger');
   const state: PipelineState = knobs.paused
     ? {
         paused: true,
@@ -182,23 +186,16 @@ async function createWorld(
         since: 'earlier',
       }
     : { paused: false };
-  await ssm.send(
-    new PutParameterCommand({
-      Name: stateParameter,
-      Value: JSON.stringify(state),
-      Type: 'String',
-      Overwrite: true,
-    }),
-  );
+  await recordState(dynamodb, ledgerTable, state);
   recorded.commands = [];
   return {
     queueArn,
     mappingUuid: mapping.UUID!,
-    stateParameter,
+    ledgerTable,
     control: new PipelineControl({
       lambda,
-      ssm,
-      stateParameterName: stateParameter,
+      dynamodb,
+      ledgerTable,
       workerFunctionName: WORKER,
       queueArn,
       sleep: async () => {},
@@ -236,8 +233,7 @@ async function knobsOf(world: World) {
 }
 
 async function stateOf(world: World): Promise<PipelineState> {
-  const out = await ssm.send(new GetParameterCommand({ Name: world.stateParameter }));
-  return JSON.parse(out.Parameter!.Value!) as PipelineState;
+  return recordedState(dynamodb, world.ledgerTable);
 }
 
 function metric(name: CapMetricName): number | undefined {
@@ -569,28 +565,25 @@ describe('adjustCap against the Lambda API (moto) and threadsinfo (stand-in)', (
 });
 
 describe('adjustCap with lanes: the knobs hold r, the shape is published beside the state', () => {
-  const SHAPE_PARAMETER = '/tg-test/lane-shape';
   let clock = 1_000_000;
+  /** The control of a stack deployed with lanes 4 and initialCap 8: its first shape is 2 × 4. */
+  const lanesControl = (world: World) =>
+    new PipelineControl({
+      lambda,
+      dynamodb,
+      ledgerTable: world.ledgerTable,
+      workerFunctionName: WORKER,
+      queueArn: world.queueArn,
+      firstShape: { ...laneShape(8, 4), since: 0 },
+      sleep: async () => {},
+    });
   const lanesDeps = (world: World): AdjustCapDeps =>
     deps(
-      {
-        ...world,
-        control: new PipelineControl({
-          lambda,
-          ssm,
-          stateParameterName: world.stateParameter,
-          workerFunctionName: WORKER,
-          queueArn: world.queueArn,
-          laneShapeParameterName: SHAPE_PARAMETER,
-          sleep: async () => {},
-        }),
-      },
+      { ...world, control: lanesControl(world) },
       { lanes: { lanes: 4, workerTimeoutMs: 600_000, settleMs: 4_000, now: () => clock } },
     );
-  const shapeOf = async () =>
-    JSON.parse(
-      (await ssm.send(new GetParameterCommand({ Name: SHAPE_PARAMETER }))).Parameter?.Value ?? '{}',
-    ) as Record<string, unknown>;
+  /** The shape as the workers read it: the published one, or the first until one is. */
+  const shapeOf = (world: World) => lanesControl(world).readShape();
 
   it('publishes {cap, r, L} and sets both knobs to r', async () => {
     // Prepare: 13 threads − 1 = cap 12 → 3 invocations of 4 lanes
@@ -606,7 +599,7 @@ describe('adjustCap with lanes: the knobs hold r, the shape is published beside 
       shape: { cap: 12, r: 3, L: 4 },
     });
     expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
-    expect(await shapeOf()).toMatchObject({ cap: 12, r: 3, L: 4, since: clock });
+    expect(await shapeOf(world)).toMatchObject({ cap: 12, r: 3, L: 4, since: clock });
     expect(metric('LanesPerInvocation')).toBe(4);
   });
 
@@ -642,7 +635,7 @@ describe('adjustCap with lanes: the knobs hold r, the shape is published beside 
     await adjustCap(lanesDeps(world));
     // Assess
     expect(await knobsOf(world)).toMatchObject({ reserved: 2, mappingMaximum: 2 });
-    expect(await shapeOf()).toMatchObject({
+    expect(await shapeOf(world)).toMatchObject({
       cap: 6,
       r: 2,
       L: 3,
@@ -656,20 +649,40 @@ describe('adjustCap with lanes: the knobs hold r, the shape is published beside 
     const world = await createWorld({ reserved: 2, mappingMaximum: 2 });
     standin.setThreads(9);
     await adjustCap(lanesDeps(world));
-    expect(await shapeOf()).toMatchObject({ cap: 8, r: 2, L: 4 });
+    expect(await shapeOf(world)).toMatchObject({ cap: 8, r: 2, L: 4 });
     // Act 1: 11 threads − 1 = cap 10 → 3 × 3: L falls from 4 to 3, r must wait
     standin.setThreads(11);
     clock += 60_000;
     await adjustCap(lanesDeps(world));
-    const first = { knobs: await knobsOf(world), shape: await shapeOf() };
+    const first = { knobs: await knobsOf(world), shape: await shapeOf(world) };
     // Act 2: the next run
     clock += 60_000;
     await adjustCap(lanesDeps(world));
     // Assess
     expect(first.shape).toMatchObject({ cap: 10, r: 2, L: 3 });
     expect(first.knobs).toMatchObject({ reserved: 2, mappingMaximum: 2 });
-    expect(await shapeOf()).toMatchObject({ cap: 10, r: 3, L: 3 });
+    expect(await shapeOf(world)).toMatchObject({ cap: 10, r: 3, L: 3 });
     expect(await knobsOf(world)).toMatchObject({ reserved: 3, mappingMaximum: 3 });
+  });
+
+  it('publishes the shape attribute alone: a state an operator recorded stays as it was, and the first shape stands until then', async () => {
+    // Prepare: a resume recorded by the operator; no shape published yet (the first one, 2 × 4, stands)
+    const world = await createWorld({ reserved: 2, mappingMaximum: 2 });
+    const resumed: PipelineState = {
+      paused: false,
+      reason: 'resumed by operator',
+      since: 'then',
+      by: 'operator',
+    };
+    await recordState(dynamodb, world.ledgerTable, resumed);
+    expect(await shapeOf(world)).toEqual({ ...laneShape(8, 4), since: 0 });
+    standin.setThreads(13);
+    // Act
+    await adjustCap(lanesDeps(world));
+    // Assess: one item holds both, each as its writer left it
+    const item = await readStateItem(dynamodb, world.ledgerTable, ['state', 'shape']);
+    expect(JSON.parse(item.state ?? '{}')).toEqual(resumed);
+    expect(JSON.parse(item.shape ?? '{}')).toMatchObject({ cap: 12, r: 3, L: 4, since: clock });
   });
 });
 
@@ -688,7 +701,7 @@ describe('cap adjuster handler', () => {
     Object.assign(process.env, moto.awsEnv, {
       WORKER_FUNCTION_NAME: WORKER,
       QUEUE_ARN: world.queueArn,
-      PIPELINE_STATE_PARAM: world.stateParameter,
+      LEDGER_TABLE: world.ledgerTable,
       CAPTCHAAI_URL: standin.url,
       CAPTCHAAI_SECRET_NAME: 'tg-test/captchaai',
       TIME_SCALE: '0.01',

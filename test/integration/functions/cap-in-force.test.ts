@@ -1,13 +1,13 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import {
   DeleteFunctionConcurrencyCommand,
   LambdaClient,
   PutFunctionConcurrencyCommand,
   UpdateEventSourceMappingCommand,
 } from '@aws-sdk/client-lambda';
-import { SSMClient } from '@aws-sdk/client-ssm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TransientError } from '../../../functions/common/errors.js';
 import { adjustCap } from '../../../functions/pipeline/cap.js';
@@ -55,8 +55,8 @@ beforeAll(async () => {
   lambda = new LambdaClient(stack.clientConfig);
   control = new PipelineControl({
     lambda,
-    ssm: new SSMClient(stack.clientConfig),
-    stateParameterName: stack.outputs.PipelineStateParameter!,
+    dynamodb: new DynamoDBClient(stack.clientConfig),
+    ledgerTable: stack.outputs.LedgerTableName!,
     workerFunctionName: stack.outputs.WorkerFunctionName!,
     queueArn: stack.outputs.QueueArn!,
   });

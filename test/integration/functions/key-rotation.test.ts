@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { CreateSecretCommand, PutSecretValueCommand } from '@aws-sdk/client-secrets-manager';
 import { DeleteMessageCommand } from '@aws-sdk/client-sqs';
-import { GetParameterCommand, PutParameterCommand } from '@aws-sdk/client-ssm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { RotatingCaptchaAiClient } from '../../../functions/captchaai/rotating-client.js';
 import { StopClassError } from '../../../functions/common/errors.js';
@@ -22,6 +21,8 @@ import {
   createWorkerResources,
   mappingState,
   receiveAll,
+  recordedState,
+  recordState,
   sendJobs,
   sqsEvent,
   startMoto,
@@ -309,14 +310,11 @@ describe('worker with a rotated key (moto + stand-ins)', () => {
     expect(await mappingState(clients.lambda, res.mappingUuid)).toBe('Disabled');
     // The operator stores key B and resumes (the state the CLI writes).
     await putSecret(res.secretName, keyB);
-    await clients.ssm.send(
-      new PutParameterCommand({
-        Name: res.stateParam,
-        Type: 'String',
-        Overwrite: true,
-        Value: JSON.stringify({ paused: false, since: new Date().toISOString(), by: 'operator' }),
-      }),
-    );
+    await recordState(clients.ddb, res.ledgerTable, {
+      paused: false,
+      since: new Date().toISOString(),
+      by: 'operator',
+    });
     captcha.resetStats();
     // Act: the same warm instance takes the next record.
     const third = `rot-${randomBytes(3).toString('hex')}-3`;
@@ -325,10 +323,7 @@ describe('worker with a rotated key (moto + stand-ins)', () => {
     // Assess
     expect(requestsWith(keyA)).toBe(0);
     expect(captcha.stats().submits).toBe(1);
-    const state = JSON.parse(
-      (await clients.ssm.send(new GetParameterCommand({ Name: res.stateParam }))).Parameter!.Value!,
-    );
-    expect(state.paused).toBe(false);
+    expect((await recordedState(clients.ddb, res.ledgerTable)).paused).toBe(false);
     expect(logs.text()).not.toContain(keyA);
     expect(logs.text()).not.toContain(keyB);
   });

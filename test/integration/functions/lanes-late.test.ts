@@ -37,7 +37,7 @@ let logs: LogCapture;
 let res: WorkerResources;
 let store: OutcomesStore;
 
-const LANES_ENV = { LANES: '2', LANE_SHAPE_PARAM: '/threadgate/test-lanes', CHAIN_SECONDS: '1' };
+const LANES_ENV = { LANES: '2', INITIAL_CAP: '4', CHAIN_SECONDS: '1' };
 
 beforeAll(async () => {
   logs = captureOutput();

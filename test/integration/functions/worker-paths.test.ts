@@ -18,11 +18,13 @@ import {
   clientsFor,
   createPkSkTable,
   createWorkerResources,
+  onStateItem,
   receive,
   receiveAll,
   sendJobs,
   sqsEvent,
   startMoto,
+  THROTTLED,
   type WorkerResources,
 } from '../../fixtures/aws.js';
 import { catalogResolver } from '../../fixtures/job-catalog.js';
@@ -164,18 +166,18 @@ describe('the seven paths, on the wire', () => {
   }, 40_000);
 
   it('2. ends the chain when the pipeline state cannot be read past the last good read’s window: no further message is taken', async () => {
-    // Prepare: every GetParameter fails at moto after the first (the event's record reads it), and
+    // Prepare: every read of the state item fails at moto after the first (the event's record reads it), and
     // the environment's clock moves a minute per reading, so the last good read is always older than
     // the window in which it may answer for a failed one (functions/pipeline/state-view.ts).
     const s = await setup();
-    const [a, b] = [newKey('ssm-a'), newKey('ssm-b')];
+    const [a, b] = [newKey('state-a'), newKey('state-b')];
     await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
     const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
     await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
     let minutes = 0;
     const deps = s.instance({ monotonic: () => ++minutes * 60_000 });
     await addAwsFaults(moto.endpoint, [
-      { operation: 'GetParameter', error: 'ThrottlingException', status: 400, nth: 2, times: 0 },
+      { ...onStateItem('GetItem'), error: THROTTLED, status: 400, nth: 2, times: 0 },
     ]);
     // Act
     const out = await invoke(s, deps, event, chainOpen());
@@ -191,13 +193,13 @@ describe('the seven paths, on the wire', () => {
   it('2. a state read throttled within the last good read’s window does not end the chain: the next message is taken and worked', async () => {
     // Prepare: the same faults, with a clock that stands still, so the last good read stays young.
     const s = await setup();
-    const [a, b] = [newKey('ssm-young-a'), newKey('ssm-young-b')];
+    const [a, b] = [newKey('state-young-a'), newKey('state-young-b')];
     await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
     const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
     await sendJobs(clients.sqs, s.res.queueUrl, [job(b)]);
     const deps = s.instance({ monotonic: () => 0 });
     await addAwsFaults(moto.endpoint, [
-      { operation: 'GetParameter', error: 'ThrottlingException', status: 400, nth: 2, times: 0 },
+      { ...onStateItem('GetItem'), error: THROTTLED, status: 400, nth: 2, times: 0 },
     ]);
     // Act
     const out = await invoke(s, deps, event, chainOpen());
@@ -217,7 +219,7 @@ describe('the seven paths, on the wire', () => {
     await sendJobs(clients.sqs, s.res.queueUrl, [job(a)]);
     const event = await receiveAll(clients.sqs, s.res.queueUrl, 1);
     await sendJobs(clients.sqs, s.res.queueUrl, [job(b), job(c)]);
-    await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }]);
+    await addAwsFaults(moto.endpoint, [{ ...onStateItem('UpdateItem'), times: 0 }]);
     captcha.setKeyRevoked(true);
     const deps = s.instance({ sleep: async () => undefined });
     try {
@@ -274,7 +276,7 @@ describe('the seven paths, on the wire', () => {
     const key = newKey('pause-task');
     await sendJobs(clients.sqs, s.res.queueUrl, [job(key)]);
     const event = await receiveAll(clients.sqs, s.res.queueUrl, 1, 0);
-    await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }]);
+    await addAwsFaults(moto.endpoint, [{ ...onStateItem('UpdateItem'), times: 0 }]);
     captcha.inject('res.php', [{ body: 'ERROR_KEY_DOES_NOT_EXIST' }]);
     // Act: the first environment meets the stop at res.php; a second takes the redelivery.
     const first = await invoke(s, s.instance({ sleep: async () => undefined }), event);
@@ -595,7 +597,7 @@ describe('a record whose own handling fails, on the wire', () => {
       // on this, the last allowed receive; plus the fault named.
       const s = await setup({ TRANSIENT_RECEIVE_LIMIT: '1' });
       const { key, event } = await received(s, 'stop-last');
-      await addAwsFaults(moto.endpoint, [{ operation: 'PutParameter', times: 0 }, fault(s, key)]);
+      await addAwsFaults(moto.endpoint, [{ ...onStateItem('UpdateItem'), times: 0 }, fault(s, key)]);
       captcha.setKeyRevoked(true);
       // Act
       const out = await deliver(s, event);

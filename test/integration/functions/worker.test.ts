@@ -3,7 +3,6 @@ import type { AddressInfo } from 'node:net';
 import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
 import { DeleteMessageCommand, GetQueueAttributesCommand, type Message } from '@aws-sdk/client-sqs';
-import { GetParameterCommand } from '@aws-sdk/client-ssm';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pauseBackoffMs } from '../../../functions/pipeline/control.js';
@@ -27,6 +26,7 @@ import {
   mappingState,
   receive,
   receiveAll,
+  recordedState,
   sendJobs,
   sqsEvent,
   startMoto,
@@ -372,9 +372,7 @@ describe('worker against moto and the stand-ins', () => {
     expect(await receive(clients.sqs, s.res.dlqUrl, 10, 0)).toEqual([]);
     // Paused everywhere: mapping disabled, reason recorded for the CLI and the adjuster.
     expect(await mappingState(clients.lambda, s.res.mappingUuid)).toBe('Disabled');
-    const state = JSON.parse(
-      (await clients.ssm.send(new GetParameterCommand({ Name: s.res.stateParam }))).Parameter!.Value!,
-    );
+    const state = await recordedState(clients.ddb, s.res.ledgerTable);
     expect(state).toMatchObject({ paused: true, code: 'ERROR_KEY_DOES_NOT_EXIST', by: 'worker' });
     expect(state.reason?.match(/CaptchaAI answered/g)).toHaveLength(1);
     // The other 9 are back in the queue at once (visibility reset to 0 by the worker). Their
@@ -537,13 +535,6 @@ describe('worker against moto and the stand-ins', () => {
     const s = await setup();
     const counted = clientsFor(moto);
     const calls: string[] = [];
-    counted.ssm.middlewareStack.add(
-      (next, context) => async (args) => {
-        calls.push(String(context.commandName));
-        return next(args);
-      },
-      { step: 'initialize' },
-    );
     counted.secrets.middlewareStack.add(
       (next, context) => async (args) => {
         calls.push(String(context.commandName));
@@ -553,7 +544,9 @@ describe('worker against moto and the stand-ins', () => {
     );
     counted.ddb.middlewareStack.add(
       (next, context) => async (args) => {
-        calls.push(String(context.commandName));
+        // GetItem on the ledger table: the state item; on the outcomes table: a row.
+        const table = (args.input as { TableName?: string }).TableName;
+        calls.push(`${context.commandName}${table === s.res.ledgerTable ? ' (state)' : ''}`);
         return next(args);
       },
       { step: 'initialize' },
@@ -567,10 +560,10 @@ describe('worker against moto and the stand-ins', () => {
     const out = await deliver(s, deps, await receiveAll(clients.sqs, s.res.queueUrl, 1));
     const missingSecret = createWorkerDeps({ ...s.config, captchaAiSecretName: 'no-such-secret' }, counted);
     // Assess
-    expect(warmUpCalls).toEqual(['GetItemCommand', 'GetParameterCommand', 'GetSecretValueCommand']);
+    expect(warmUpCalls).toEqual(['GetItemCommand', 'GetItemCommand (state)', 'GetSecretValueCommand']);
     expect(out.batchItemFailures).toEqual([]);
     expect((await s.store.get(key))?.status).toBe('submitted');
-    expect(calls).toContain('GetParameterCommand');
+    expect(calls).toContain('GetItemCommand (state)');
     expect(calls).not.toContain('GetSecretValueCommand');
     await expect(missingSecret.warmUp?.()).resolves.toBeUndefined();
   });

@@ -218,7 +218,7 @@ describe('the packages, installed outside the checkout', () => {
     );
     // README's grants reached the roles: the data job's and the operator's.
     expect(actionsOf(template, 'JobRole')).toEqual(
-      expect.arrayContaining(['sqs:SendMessage', 'ssm:GetParameter']),
+      expect.arrayContaining(['sqs:SendMessage', 'dynamodb:GetItem']),
     );
     expect(actionsOf(template, 'OpsRole')).toEqual(
       expect.arrayContaining(['lambda:UpdateEventSourceMapping']),
@@ -313,7 +313,7 @@ describe('the packages, installed outside the checkout', () => {
         'cloudformation:DescribeStacks',
         'sqs:SendMessage',
         'dynamodb:Query',
-        'ssm:GetParameter',
+        'dynamodb:GetItem',
       ]),
     );
     const template = JSON.parse(
@@ -341,7 +341,7 @@ out = tg.stack_outputs(stack)
 first = tg.send(out["QueueUrl"], good + good[:2] + invalid, batch_id=batch)
 again = tg.send(out["QueueUrl"], good[4:], batch_id=batch)
 done = tg.wait(out["TableName"], batch, expect=len(first.keys), timeout_s=300, interval_s=1,
-               state_parameter=out["PipelineStateParameter"])
+               state_table=out["LedgerTableName"])
 keys = tg.key_outcomes(out["TableName"], [r["record_key"] for r in good] + [invalid[1]["record_key"]])
 print(json.dumps({"version": tg.__version__, "file": tg.__file__,
   "sent": [first.sent, again.sent], "keys": sorted(first.keys),

@@ -95,12 +95,12 @@ describe('buildBill', () => {
   it('lists a function call that no price covers as unpriced, and a free one with its reason', () => {
     const b = bill([
       row({ caller: 'function:tg-worker', service: 'dynamodb', operation: 'DescribeTable' }),
-      row({ caller: 'function:tg-worker', service: 'ssm', operation: 'GetParameter' }),
+      row({ caller: 'function:tg-worker', service: 'lambda', operation: 'UpdateEventSourceMapping' }),
     ]);
     expect(b.unpriced).toEqual([
       { caller: 'function:tg-worker', service: 'dynamodb', operation: 'DescribeTable', requests: 1 },
     ]);
-    expect(b.counted.find((c) => c.service === 'ssm')?.why).toMatch(/standard parameters/);
+    expect(b.counted.find((c) => c.service === 'lambda')?.why).toMatch(/management API/);
   });
 
   it('leaves the bench’s own calls out and keeps the producer’s sends in', () => {
@@ -176,7 +176,7 @@ describe('buildBill', () => {
         index_write_units: 20,
       }),
       row({ caller: 'function:tg-worker', service: 'sqs', operation: 'ReceiveMessage', requests: 10 }),
-      row({ caller: 'function:tg-adjuster', service: 'ssm', operation: 'GetParameter', requests: 100 }),
+      row({ caller: 'function:tg-adjuster', service: 'dynamodb', operation: 'GetItem', requests: 100 }),
       row({ caller: 'harness', service: 'sqs', operation: 'SendMessageBatch', requests: 1 }),
       row({ caller: 'harness', service: 'dynamodb', operation: 'Scan', requests: 50 }),
     ]);
@@ -227,7 +227,6 @@ describe('every AWS call the functions make has a price', () => {
     const services: Record<string, string> = {
       dynamodb: 'dynamodb',
       sqs: 'sqs',
-      ssm: 'ssm',
       'secrets-manager': 'secretsmanager',
       lambda: 'lambda',
     };
@@ -247,8 +246,8 @@ describe('every AWS call the functions make has a price', () => {
       const [service, operation] = call.split(' ') as [string, string];
       return FUNCTION_OPERATIONS[service]?.[operation] === undefined;
     });
-    // Assess: the walk found the calls it should (the combined state and lane-shape read among them).
-    expect(used).toContain('ssm GetParameters');
+    // Assess: the walk found the calls it should (the state item's read and write among them).
+    expect(used).toContain('dynamodb GetItem');
     expect(used).toContain('dynamodb UpdateItem');
     expect(unpriced).toEqual([]);
   });

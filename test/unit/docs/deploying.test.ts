@@ -6,7 +6,7 @@ import { consumerTemplate, type GrantStatement, grantStatements } from '../../..
 /**
  * docs/deploying.md against the synthesized template: its operator policy for use outside CDK allows exactly what grantOperate grants (each
  * action on each resource, under the same conditions) on a stack with one lane and on one with
- * lanes, whose lane-shape parameter `threadgate status` reads.
+ * lanes: the same policy, the state item holding the lane shape beside the state.
  */
 const DOC = readFileSync(`${PACKAGE_ROOT}docs/deploying.md`, 'utf8');
 
@@ -19,14 +19,11 @@ const PLACEHOLDER: Record<string, string> = {
   '<Worker/Worker/Function>': 'arn:aws:lambda:REGION:ACCOUNT:function:STACK-worker',
   '<CapAdjuster/Adjuster/Function>': 'arn:aws:lambda:REGION:ACCOUNT:function:STACK-cap-adjuster',
   '<Worker/Worker/Function mapping>': 'MappingUuid',
-  '<PipelineState/Parameter>': '/STACK/pipeline-state',
-  '<PipelineState/LaneShape>': '/STACK/lane-shape',
+  '<SlotLedger/Table>': 'arn:aws:dynamodb:REGION:ACCOUNT:table/LedgerTableName',
   '<Outcomes/Table>': 'arn:aws:dynamodb:REGION:ACCOUNT:table/TableName',
   '<region>': 'REGION',
   '<account>': 'ACCOUNT',
 };
-
-const LANE_SHAPE_ARN = 'arn:aws:ssm:REGION:ACCOUNT:parameter/STACK/lane-shape';
 
 /** Each statement as "action on resource [if conditions]", one per action and resource. */
 function pairs(statements: GrantStatement[]): string[] {
@@ -64,28 +61,22 @@ function granted(lanes: number): GrantStatement[] {
 }
 
 describe('docs/deploying.md', () => {
-  it('names the functions and parameters as a stack names them (its placeholders hold)', () => {
-    const names = Object.values(consumerTemplate(16).Resources).flatMap((r) =>
-      r.Type === 'AWS::Lambda::Function' || r.Type === 'AWS::SSM::Parameter'
-        ? [String(r.Properties.FunctionName ?? r.Properties.Name).replace('Consumer', 'STACK')]
+  it('names the functions as a stack names them (its placeholders hold), and no SSM parameter', () => {
+    const resources = Object.values(consumerTemplate(16).Resources);
+    const names = resources.flatMap((r) =>
+      r.Type === 'AWS::Lambda::Function'
+        ? [String(r.Properties.FunctionName).replace('Consumer', 'STACK')]
         : [],
     );
-    expect(names).toEqual(
-      expect.arrayContaining([
-        'STACK-worker',
-        'STACK-cap-adjuster',
-        '/STACK/pipeline-state',
-        '/STACK/lane-shape',
-      ]),
-    );
+    expect(names).toEqual(expect.arrayContaining(['STACK-worker', 'STACK-cap-adjuster']));
+    expect(resources.filter((r) => r.Type.startsWith('AWS::SSM::'))).toEqual([]);
   }, 240_000);
 
-  it("gives outside CDK the operator policy of a lanes stack: grantOperate's actions on its resources", () => {
-    expect(pairs(documentedPolicy())).toEqual(pairs(granted(16)));
-  }, 240_000);
-
-  it('gives a one-lane stack the same policy but the lane-shape parameter, which it does not have', () => {
-    const documented = pairs(documentedPolicy()).filter((p) => !p.includes(` on ${LANE_SHAPE_ARN}`));
-    expect(documented).toEqual(pairs(granted(1)));
-  }, 240_000);
+  it.each([16, 1])(
+    "gives outside CDK the operator policy of a stack with lanes %i: grantOperate's actions on its resources",
+    (lanes) => {
+      expect(pairs(documentedPolicy())).toEqual(pairs(granted(lanes)));
+    },
+    240_000,
+  );
 });

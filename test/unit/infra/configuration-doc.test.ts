@@ -4,12 +4,12 @@ import { resolveConfig, SETTING_NAMES, type ThreadgateConfig } from '../../../in
 import { PACKAGE_ROOT } from '../../../infra/package-root.js';
 
 /**
- * docs/configuration.md and the construct's props (infra/threadgate.ts) name every deploy-time
+ * docs/configuration.md and the construct's props (infra/props.ts) name every deploy-time
  * setting with the default resolveConfig gives it; a setting added, renamed or re-defaulted
  * without them fails here.
  */
 const DOC = readFileSync(`${PACKAGE_ROOT}docs/configuration.md`, 'utf8');
-const PROPS = readFileSync(`${PACKAGE_ROOT}infra/threadgate.ts`, 'utf8');
+const PROPS = readFileSync(`${PACKAGE_ROOT}infra/props.ts`, 'utf8');
 const defaults = resolveConfig({});
 
 /** The settings table's rows: setting name → its Default cell. */

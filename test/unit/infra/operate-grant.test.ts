@@ -14,11 +14,11 @@ import { Threadgate } from '../../../infra/threadgate.js';
  * and the sources against the list (every SDK call in a command's files is listed for it, or
  * named in NOT_CALLED with the reason), so a call added to a command without its grant fails here.
  */
-/** pause and resume: the recorded state (the parameter) and the mapping they switch. */
+/** pause and resume: the recorded state (the state item) and the mapping they switch. */
 const SWITCH = [
   'cloudformation:DescribeStacks',
-  'ssm:GetParameter',
-  'ssm:PutParameter',
+  'dynamodb:GetItem',
+  'dynamodb:UpdateItem',
   'lambda:GetEventSourceMapping',
   'lambda:UpdateEventSourceMapping',
 ];
@@ -33,7 +33,7 @@ const CALLS: Record<string, { files: string[]; actions: string[] }> = {
       'lambda:GetFunctionConfiguration',
       'lambda:GetFunctionConcurrency',
       'lambda:GetEventSourceMapping',
-      'ssm:GetParameter',
+      'dynamodb:GetItem',
       'dynamodb:Scan',
       'secretsmanager:GetSecretValue',
     ],
@@ -51,7 +51,6 @@ const CALLS: Record<string, { files: string[]; actions: string[] }> = {
       'dynamodb:GetItem',
       'sqs:GetQueueAttributes',
       'sqs:ReceiveMessage',
-      'ssm:GetParameter',
     ],
   },
   outcomes: {
@@ -107,6 +106,7 @@ const SHARED = [
   'functions/pipeline/control.ts',
   'functions/pipeline/cap-policy.ts',
   'functions/pipeline/secret.ts',
+  'functions/pipeline/state-item.ts',
   'functions/records/cancellations.ts',
   'functions/records/store.ts',
 ];
@@ -114,8 +114,6 @@ const SHARED = [
 /** Calls in those files that no operator command makes, each with why. */
 const NOT_CALLED: Record<string, string> = {
   'lambda:ListEventSourceMappings': 'control.ts: the CLI passes the mapping UUID from the stack outputs',
-  'ssm:GetParameters':
-    "control.ts: the worker's read of the state and the lane shape together; status reads the shape alone",
   'dynamodb:UpdateItem': "store.ts: the worker's writes; the CLI only reads rows through it",
 };
 
@@ -127,7 +125,6 @@ const CLIENT_OF: Record<string, string> = {
   '@aws-sdk/client-lambda': 'LambdaClient',
   '@aws-sdk/client-secrets-manager': 'SecretsManagerClient',
   '@aws-sdk/client-sqs': 'SQSClient',
-  '@aws-sdk/client-ssm': 'SSMClient',
 };
 /** lib-dynamodb's document commands and the DynamoDB operations they send. */
 const DOCUMENT_OPERATION: Record<string, string> = { Get: 'GetItem', Put: 'PutItem', Update: 'UpdateItem' };

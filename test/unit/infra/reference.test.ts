@@ -59,7 +59,11 @@ describe('docs/construct.md', () => {
     expect(actions('grantProduce')).toEqual(
       expect.arrayContaining([...actions('grantSendJobs'), ...actions('grantReadOutcomes')]),
     );
-    expect(actions('grantProduce')).toContain('ssm:GetParameter');
-    expect(actions('grantProduce')).not.toContain('ssm:PutParameter');
+    // The state item's read for wait(state_table=…), never its write.
+    const state = grantStatements('grantProduce').filter((s) =>
+      s.resources.some((r) => r.includes('SlotLedger')),
+    );
+    expect(state.map((s) => s.actions)).toEqual([['dynamodb:GetItem']]);
+    expect(actions('grantProduce')).not.toContain('dynamodb:UpdateItem');
   }, 240_000);
 });

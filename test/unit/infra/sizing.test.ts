@@ -5,14 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { readReportFile } from '../../../bench/bill/markdown.js';
 import { PLAN_SIZES, SIZING_DOC, sizingRow, sizingSources } from '../../../bench/bill/sizing.js';
 import { computeCap } from '../../../functions/pipeline/cap-policy.js';
-import { laneShape, parseShape } from '../../../functions/pipeline/lanes.js';
+import { laneShape, readLaneSettings } from '../../../functions/pipeline/lanes.js';
 import { PACKAGE_ROOT } from '../../../infra/package-root.js';
 import { Threadgate, type ThreadgateProps } from '../../../infra/threadgate.js';
 
 /**
  * docs/deploying.md's construct example, deployed for a 100- and a 1,000-thread plan, runs the
  * plan as the sizing table's row says: the memory and `maxCap` are in the template; the first
- * deploy holds `initialCap`'s shape, and what the cap adjuster publishes on its first run is
+ * deploy holds `initialCap`'s shape (the worker's first shape), and what the cap adjuster publishes on its first run is
  * laneShape of computeCap (the functions the adjuster calls), which the template cannot show.
  */
 const DOC = readFileSync(`${PACKAGE_ROOT}${SIZING_DOC}`, 'utf8');
@@ -38,15 +38,13 @@ function synth(props: ThreadgateProps) {
   const mapping = Object.values(template.findResources('AWS::Lambda::EventSourceMapping')).find(
     (r) => JSON.stringify(r.Properties.FunctionName) === JSON.stringify({ Ref: workerId }),
   );
-  const shapeParam = Object.values(template.findResources('AWS::SSM::Parameter')).find(
-    (r) => r.Properties.Name === '/Consumer/lane-shape',
-  );
   return {
     gate,
     reserved: worker?.Properties.ReservedConcurrentExecutions as number,
     memory: worker?.Properties.MemorySize as number,
     mappingMaximum: mapping?.Properties.ScalingConfig?.MaximumConcurrency as number,
-    firstShape: parseShape(shapeParam?.Properties.Value as string),
+    // The shape the worker runs until the adjuster publishes one, read from its environment as it reads it.
+    firstShape: readLaneSettings(worker?.Properties.Environment.Variables).firstShape,
   };
 }
 

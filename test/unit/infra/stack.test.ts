@@ -316,12 +316,9 @@ describe('ThreadgateStack with default settings', () => {
     template.resourceCountIs('AWS::Scheduler::Schedule', 0);
   });
 
-  it('creates the pipeline-state parameter unpaused', () => {
-    template.hasResourceProperties('AWS::SSM::Parameter', {
-      Name: '/Threadgate/pipeline-state',
-      Type: 'String',
-      Value: '{"paused":false}',
-    });
+  it('creates no SSM parameter: the pipeline state and the lane shape live in the slot ledger, written by the functions', () => {
+    template.resourceCountIs('AWS::SSM::Parameter', 0);
+    expect(JSON.stringify(template.toJSON())).not.toContain('ssm:');
   });
 
   it('gives the worker the stack default expect block as FORM_EXPECT, from context JSON or a prop object', () => {
@@ -343,7 +340,6 @@ describe('ThreadgateStack with default settings', () => {
         'QUEUE_URL',
         'QUEUE_ARN',
         'DLQ_URL',
-        'PIPELINE_STATE_PARAM',
         'CAPTCHAAI_URL',
         'CAPTCHAAI_SECRET_NAME',
         'TIME_SCALE',
@@ -402,8 +398,11 @@ describe('ThreadgateStack with default settings', () => {
       MIN_CAP: '1',
       MAX_CAP: '1000',
       POWERTOOLS_METRICS_NAMESPACE: 'Threadgate',
+      LEDGER_TABLE: { Ref: expect.stringMatching(/^SlotLedgerTable/) },
     });
-    expect(env.PIPELINE_STATE_PARAM).toEqual({ Ref: expect.stringMatching(/^PipelineStateParameter/) });
+    // One lane: no shape to read, so neither LANES nor the first shape's INITIAL_CAP.
+    expect(env.LANES).toBeUndefined();
+    expect(env.INITIAL_CAP).toBeUndefined();
   });
 
   it('lets the worker update only its own mapping and never touch concurrency', () => {
@@ -458,17 +457,14 @@ describe('ThreadgateStack with default settings', () => {
   });
 
   it.each(['Threadgate-worker', 'Threadgate-cap-adjuster'])(
-    '%s reads the API key secret by name only and writes only the pipeline-state parameter',
+    '%s reads the API key secret by name only, and calls no SSM (its state is in the slot ledger)',
     (functionName) => {
       const statements = statementsOf(template, functionName);
       const secret = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')));
       expect(secret).toHaveLength(1);
       expect(actionsOf(secret[0]!)).toContain('secretsmanager:GetSecretValue');
       expect(JSON.stringify(secret[0]!.Resource)).toContain(':secret:threadgate/captchaai-api-key-??????');
-      const ssm = statements.filter((s) => actionsOf(s).some((a) => a.startsWith('ssm:')));
-      expect(ssm).toHaveLength(1);
-      expect(actionsOf(ssm[0]!).sort()).toEqual(['ssm:GetParameter', 'ssm:PutParameter']);
-      expect(JSON.stringify(ssm[0]!.Resource)).toMatch(/"Ref":"PipelineStateParameter[0-9A-F]+"/);
+      expect(statements.flatMap(actionsOf).filter((a) => a.startsWith('ssm:'))).toEqual([]);
     },
   );
 
@@ -656,7 +652,7 @@ describe('ThreadgateStack with default settings', () => {
         'WorkerFunctionName',
         'AdjusterFunctionName',
         'MappingUuid',
-        'PipelineStateParameter',
+        'LedgerTableName',
         'AdjusterRuleName',
         'SecretName',
         'OutcomesQueueUrl',
@@ -743,6 +739,18 @@ describe('ThreadgateStack with other settings', () => {
     });
   });
 
+  it('gives both functions, with lanes, LANES and the INITIAL_CAP of the first shape they read until the adjuster publishes one', () => {
+    // Prepare / Act
+    const { template } = synth({ lanes: 8, initialCap: 24 });
+    // Assess
+    for (const FunctionName of ['Threadgate-worker', 'Threadgate-cap-adjuster']) {
+      template.hasResourceProperties('AWS::Lambda::Function', {
+        FunctionName,
+        Environment: { Variables: Match.objectLike({ LANES: '8', INITIAL_CAP: '24' }) },
+      });
+    }
+  });
+
   it('accepts a maxCap above 1000 with lanes, up to 1000 × lanes', () => {
     // Prepare / Act
     const { template } = synth({ lanes: 8, maxCap: 8000 });
@@ -811,7 +819,6 @@ describe('ThreadgateStack with other settings', () => {
       },
     });
     template.hasResourceProperties('AWS::SQS::Queue', { VisibilityTimeout: 6 * timeout });
-    template.hasResourceProperties('AWS::SSM::Parameter', { Name: '/Tg-staging/pipeline-state' });
   });
 
   it('bundles each handler with all its dependencies inside the asset', () => {

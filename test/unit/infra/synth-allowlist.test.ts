@@ -49,7 +49,7 @@ describe('allowedHosts at synth time', () => {
       QUEUE_URL: 'http://localhost/q',
       QUEUE_ARN: 'arn:aws:sqs:us-east-1:1:q',
       DLQ_URL: 'http://localhost/d',
-      PIPELINE_STATE_PARAM: '/p',
+      LEDGER_TABLE: 'l',
       CAPTCHAAI_SECRET_NAME: 's',
       AWS_LAMBDA_FUNCTION_NAME: 'w',
       ALLOWED_HOSTS: deployed,

@@ -1,10 +1,13 @@
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
 import { App, Stack, Validations } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../../functions/common/errors.js';
+import { PipelineControl } from '../../../functions/pipeline/control.js';
+import { STATE_ITEM_KEY } from '../../../functions/pipeline/state-item.js';
 import { BatchCancels, CANCEL_ITEM_ATTRIBUTES } from '../../../functions/records/cancellations.js';
 import { resolveConfig } from '../../../infra/config.js';
 import { STACK_OUTPUT_KEYS } from '../../../infra/outputs.js';
@@ -43,6 +46,35 @@ function grantsOf(stack: Stack, roleId = 'JobRole'): Map<string, string> {
     }
   }
   return out;
+}
+
+/** The role's statements on the slot ledger's table (the state item's grants). */
+function stateStatements(stack: Stack, roleId: string): unknown[] {
+  const template = Template.fromStack(stack).toJSON() as TemplateJson;
+  const logicalId = stack.getLogicalId(stack.node.findChild(roleId).node.defaultChild as never);
+  return Object.values(template.Resources)
+    .filter((r) => r.Type === 'AWS::IAM::Policy')
+    .filter((r) => JSON.stringify(r.Properties.Roles) === JSON.stringify([{ Ref: logicalId }]))
+    .flatMap((r) => (r.Properties.PolicyDocument as { Statement: Statement[] }).Statement)
+    .filter((s) => JSON.stringify(s.Resource).includes('SlotLedgerTable'));
+}
+
+/** One statement of the state item's grants: `action` on the ledger table, under the item's key and `attributes`. */
+function stateStatement(stack: Stack, gate: Threadgate, action: string, attributes: string[]) {
+  return {
+    Effect: 'Allow',
+    Action: action,
+    Resource: {
+      'Fn::GetAtt': [stack.getLogicalId(gate.parts.ledger.table.node.defaultChild as never), 'Arn'],
+    },
+    Condition: {
+      'ForAllValues:StringEquals': {
+        'dynamodb:LeadingKeys': ['pipeline'],
+        'dynamodb:Attributes': attributes,
+      },
+      StringEqualsIfExists: { 'dynamodb:Select': 'SPECIFIC_ATTRIBUTES', 'dynamodb:ReturnValues': 'NONE' },
+    },
+  };
 }
 
 describe('Threadgate construct in a consumer stack', () => {
@@ -111,7 +143,7 @@ describe('Threadgate construct in a consumer stack', () => {
     expect(grants.has('dynamodb:PutItem')).toBe(false);
   });
 
-  it('grants a producer what the Python package calls: send, stack_outputs, wait with state_parameter, outcome reads', () => {
+  it('grants a producer what the Python package calls: send, stack_outputs, wait with state_table, outcome reads', () => {
     const { stack, gate, role } = consumer();
     gate.grantProduce(role);
     const grants = grantsOf(stack);
@@ -125,11 +157,10 @@ describe('Threadgate construct in a consumer stack', () => {
       'sqs:GetQueueAttributes',
       'sqs:GetQueueUrl',
       'sqs:SendMessage',
-      'ssm:GetParameter',
     ]);
-    expect(grants.get('ssm:GetParameter')).toContain(
-      stack.getLogicalId(gate.parts.pipelineState.parameter.node.defaultChild as never),
-    );
+    expect(stateStatements(stack, 'JobRole')).toEqual([
+      stateStatement(stack, gate, 'dynamodb:GetItem', ['pk', 'sk', 'state']),
+    ]);
     expect(grants.get('cloudformation:DescribeStacks')).toBe('{"Ref":"AWS::StackId"}');
     expect(grants.get('dynamodb:Query')).toContain('/index/batch_shard-status_at');
   });
@@ -144,8 +175,8 @@ describe('Threadgate construct in a consumer stack', () => {
       'lambda:GetFunctionConcurrency',
       'lambda:GetEventSourceMapping',
       'lambda:UpdateEventSourceMapping',
-      'ssm:GetParameter',
-      'ssm:PutParameter',
+      'dynamodb:GetItem',
+      'dynamodb:UpdateItem',
       'sqs:GetQueueAttributes',
       'sqs:ReceiveMessage',
       'sqs:DeleteMessage',
@@ -162,6 +193,64 @@ describe('Threadgate construct in a consumer stack', () => {
     expect([...grants.values()].some((r) => r === '"*"')).toBe(false);
     expect(grants.has('lambda:PutFunctionConcurrency')).toBe(false);
     expect(grants.has('lambda:ListEventSourceMappings')).toBe(false);
+    expect([...grants.keys()].some((a) => a.startsWith('ssm:'))).toBe(false);
+  });
+
+  it('grants the state item alone (LeadingKeys "pipeline", its attributes): an operator reads state and shape and writes the state, on any lanes', () => {
+    for (const lanes of [1, 16]) {
+      const { stack, gate, role } = consumer({ allowedHosts: HOSTS, lanes });
+      gate.grantOperate(role);
+      expect(stateStatements(stack, 'JobRole')).toEqual([
+        stateStatement(stack, gate, 'dynamodb:GetItem', ['pk', 'sk', 'state', 'shape']),
+        stateStatement(stack, gate, 'dynamodb:UpdateItem', ['pk', 'sk', 'state']),
+      ]);
+    }
+  });
+
+  it('lets pause, resume, status and wait work within the state grants: each request names only the granted attributes, returning none', async () => {
+    // Prepare: a client that records each request (GetItem answers an empty item).
+    const requests: Record<string, unknown>[] = [];
+    const record = {
+      send: async (command: { input: Record<string, unknown>; constructor: { name: string } }) => {
+        requests.push({ command: command.constructor.name, ...command.input });
+        return {};
+      },
+    };
+    const control = new PipelineControl({
+      lambda: record as unknown as LambdaClient,
+      dynamodb: record as unknown as DynamoDBClient,
+      ledgerTable: 'L',
+      workerFunctionName: 'w',
+      queueArn: 'q',
+      mappingUuid: 'm',
+      firstShape: { cap: 4, r: 2, L: 2, since: 0 },
+    });
+    // Act
+    await control.readState();
+    await control.readShape();
+    await control.pause('why', 'operator');
+    await control.resume('operator');
+    // Assess: GetItem of state, or of shape (status reads both), UpdateItem of state alone
+    const items = requests.filter((r) => String(r.command).endsWith('ItemCommand')) as Array<{
+      command: string;
+      Key: Record<string, unknown>;
+      ExpressionAttributeNames: Record<string, string>;
+      ReturnValues?: string;
+      Select?: string;
+    }>;
+    expect(items.map((r) => r.command)).toEqual([
+      'GetItemCommand',
+      'GetItemCommand',
+      'UpdateItemCommand',
+      'UpdateItemCommand',
+    ]);
+    for (const r of items) {
+      expect(r.Key).toEqual({ pk: { S: STATE_ITEM_KEY.pk }, sk: { S: STATE_ITEM_KEY.sk } });
+      const named = [...Object.keys(r.Key), ...Object.values(r.ExpressionAttributeNames)];
+      const granted = r.command === 'GetItemCommand' ? ['pk', 'sk', 'state', 'shape'] : ['pk', 'sk', 'state'];
+      expect(named.every((a) => granted.includes(a))).toBe(true);
+      expect([r.ReturnValues, r.Select]).toEqual([undefined, undefined]);
+    }
   });
 
   it('grants cancelling batches only on their cancel items (LeadingKeys), to an operator for every batch and to a producer for its own prefix', () => {
@@ -221,7 +310,7 @@ describe('Threadgate construct in a consumer stack', () => {
     const allowed = attributes['ForAllValues:StringEquals']['dynamodb:Attributes'];
     expect(allowed).not.toContain('status');
     expect(allowed).not.toContain('batch_id');
-    expect(grantsOf(stack, 'ProducerRole').has('ssm:PutParameter')).toBe(false);
+    expect(grantsOf(stack, 'ProducerRole').has('dynamodb:UpdateItem')).toBe(false);
   });
 
   it('lets `threadgate cancel` work within that grant: its PutItem writes and its GetItem reads only the granted attributes, returning none', async () => {

@@ -1,6 +1,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { STATE_ITEM_ATTRIBUTE, STATE_ITEM_KEY } from '../../../functions/pipeline/state-item.js';
 import { validateJobMessage } from '../../../functions/records/job-schema.js';
 import { PYTHON_SCHEMA_PATH, renderJobSchema } from '../../../functions/records/write-job-schema.js';
 import { PACKAGE_ROOT, VERSION } from '../../../infra/package-root.js';
@@ -64,6 +65,14 @@ describe('threadgate_producer (python/)', () => {
     );
     expect(functions.length).toBeGreaterThan(4);
     expect(JSON.parse(missing)).toEqual([]);
+  });
+
+  it('reads the state item the worker and the CLI write: the same key and attribute', () => {
+    const key = python(
+      'import json, threadgate_producer.outcomes as o\nprint(json.dumps(o.STATE_ITEM_KEY), end="")',
+    );
+    expect(JSON.parse(key)).toEqual(STATE_ITEM_KEY);
+    expect(STATE_ITEM_ATTRIBUTE.state).toBe('state');
   });
 
   it('refuses only records the worker refuses too, over the whole bad-input catalog', () => {

@@ -163,11 +163,16 @@ describe('parseShape and the settings', () => {
 
   it('names the variable of a bad lanes setting', () => {
     expect(() => checkLanes(0, 'LANES')).toThrow(/LANES/);
-    expect(() => readLaneSettings({ LANES: '4' })).toThrow(/LANE_SHAPE_PARAM/);
+    expect(() => readLaneSettings({ LANES: '4' })).toThrow(/INITIAL_CAP/);
+    expect(() => readLaneSettings({ LANES: '4', INITIAL_CAP: '0' })).toThrow(/INITIAL_CAP/);
     expect(readLaneSettings({})).toEqual({ lanes: 1 });
-    expect(readLaneSettings({ LANES: '4', LANE_SHAPE_PARAM: '/s/lane-shape' })).toEqual({
+    expect(readLaneSettings({ INITIAL_CAP: '12' })).toEqual({ lanes: 1 });
+  });
+
+  it('with lanes, the first shape is the one the stack deployed: that of INITIAL_CAP, long settled', () => {
+    expect(readLaneSettings({ LANES: '4', INITIAL_CAP: '12' })).toEqual({
       lanes: 4,
-      laneShapeParam: '/s/lane-shape',
+      firstShape: { ...laneShape(12, 4), since: 0 },
     });
   });
 });

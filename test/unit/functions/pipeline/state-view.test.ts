@@ -3,17 +3,37 @@ import { type PipelineSnapshot, PipelineView } from '../../../../functions/pipel
 
 const good: PipelineSnapshot = { state: { paused: false }, shape: { cap: 12, r: 3, L: 4, since: 1 } };
 
-/** A view over a read that answers or throws as the test says, on a clock the test moves. */
-function viewWith(o: { ttlMs: number; staleMs?: number }) {
+/**
+ * A view over a read that answers or throws as the test says, on a clock the test moves; with
+ * `retry`, its waits move the clock and are counted. `failing` is how many reads from now fail
+ * (Infinity: every one).
+ */
+function viewWith(o: { ttlMs: number; staleMs?: number; retry?: { forMs: number; waitMs: number } }) {
   let clock = 0;
-  let failing = false;
+  let failing = 0;
   let reads = 0;
+  const waits: number[] = [];
   const view = new PipelineView({
-    ...o,
+    ttlMs: o.ttlMs,
+    ...(o.staleMs === undefined ? {} : { staleMs: o.staleMs }),
+    ...(o.retry
+      ? {
+          retry: {
+            ...o.retry,
+            sleep: async (ms: number) => {
+              waits.push(ms);
+              clock += ms;
+            },
+          },
+        }
+      : {}),
     clock: () => clock,
     read: async () => {
       reads++;
-      if (failing) throw new Error('ThrottlingException');
+      if (failing > 0) {
+        failing--;
+        throw new Error('ThrottlingException');
+      }
       return good;
     },
   });
@@ -22,10 +42,11 @@ function viewWith(o: { ttlMs: number; staleMs?: number }) {
     advance: (ms: number) => {
       clock += ms;
     },
-    fail: (v: boolean) => {
-      failing = v;
+    fail: (v: boolean | number) => {
+      failing = v === true ? Number.POSITIVE_INFINITY : v === false ? 0 : v;
     },
     reads: () => reads,
+    waits: () => waits,
   };
 }
 
@@ -62,5 +83,59 @@ describe('PipelineView', () => {
     strict.fail(true);
     strict.advance(100);
     await expect(strict.view.read()).rejects.toThrow('ThrottlingException');
+  });
+
+  it('tries a read with no snapshot to answer again, every waitMs, and answers the first that succeeds', async () => {
+    // Prepare: a cold view (nothing read yet) whose first three reads are throttled
+    const v = viewWith({ ttlMs: 100, staleMs: 1_000, retry: { forMs: 1_000, waitMs: 50 } });
+    v.fail(3);
+    // Act + Assess: one read from the caller's side, four tries on the wire, three waits between
+    await expect(v.view.read()).resolves.toEqual(good);
+    expect(v.reads()).toBe(4);
+    expect(v.waits()).toEqual([50, 50, 50]);
+  });
+
+  it('gives up after forMs, or after forMs / waitMs + 1 tries on a clock that stands still', async () => {
+    // Prepare: every read fails; the waits move the clock
+    const timed = viewWith({ ttlMs: 100, retry: { forMs: 200, waitMs: 50 } });
+    timed.fail(true);
+    // Act + Assess: tries at 0, 50, 100, 150, 200 ms; none starts past 200 ms
+    await expect(timed.view.read()).rejects.toThrow('ThrottlingException');
+    expect(timed.reads()).toBe(5);
+    // Prepare: a clock the waits do not move (a test's, or a stuck one)
+    let stillReads = 0;
+    const still = new PipelineView({
+      ttlMs: 100,
+      clock: () => 0,
+      retry: { forMs: 200, waitMs: 50, sleep: async () => undefined },
+      read: async () => {
+        stillReads++;
+        throw new Error('ThrottlingException');
+      },
+    });
+    // Act + Assess: the tries are bounded all the same
+    await expect(still.read()).rejects.toThrow('ThrottlingException');
+    expect(stillReads).toBe(5);
+  });
+
+  it('answers a young snapshot at once when a read fails, without trying again: the next ask reads', async () => {
+    // Prepare
+    const v = viewWith({ ttlMs: 100, staleMs: 1_000, retry: { forMs: 1_000, waitMs: 50 } });
+    await v.view.read();
+    v.advance(100);
+    v.fail(1);
+    // Act + Assess: the stale answer, no wait; the next ask reads again and gets a fresh one
+    await expect(v.view.read()).resolves.toEqual(good);
+    expect(v.waits()).toEqual([]);
+    await v.view.read();
+    expect(v.reads()).toBe(3);
+  });
+
+  it('shares one read, its tries included, among the callers that ask meanwhile', async () => {
+    const v = viewWith({ ttlMs: 100, retry: { forMs: 1_000, waitMs: 50 } });
+    v.fail(2);
+    const answers = await Promise.all([v.view.read(), v.view.read(), v.view.read()]);
+    expect(answers).toEqual([good, good, good]);
+    expect(v.reads()).toBe(3);
   });
 });

@@ -13,7 +13,7 @@ const ENV = {
   QUEUE_URL: 'http://127.0.0.1:5000/123456789012/jobs',
   QUEUE_ARN: 'arn:aws:sqs:us-east-1:123456789012:jobs',
   DLQ_URL: 'http://127.0.0.1:5000/123456789012/jobs-dlq',
-  PIPELINE_STATE_PARAM: '/threadgate/pipeline-state',
+  LEDGER_TABLE: 'slot-ledger',
   CAPTCHAAI_SECRET_NAME: 'threadgate/captchaai-api-key',
   ALLOWED_HOSTS: '127.0.0.1',
   AWS_LAMBDA_FUNCTION_NAME: 'threadgate-worker',
@@ -43,7 +43,7 @@ describe('takeWindow: how long the lanes of an invocation take records', () => {
   it('with lanes runs on while the shortest work fits: the chain plus what it saves on the worst case, never past the timeout less the shortest work', () => {
     // At the stack's defaults the function timeout is the worst case plus the chain (900 s).
     const chain = 900_000 - worst;
-    const env = { CHAIN_SECONDS: String(chain / 1000), LANES: '4', LANE_SHAPE_PARAM: '/threadgate/lanes' };
+    const env = { CHAIN_SECONDS: String(chain / 1000), LANES: '4', INITIAL_CAP: '12' };
     expect(windowMs(env, 900_000)).toBeCloseTo(900_000 - DEADLINE_MARGIN_MS - shortest, -2);
     expect(windowMs(env, 900_000)).toBeGreaterThan(3 * chain);
     // A longer timeout than the chain needs: the chain plus the saving bounds it.
@@ -53,7 +53,7 @@ describe('takeWindow: how long the lanes of an invocation take records', () => {
   });
 
   it('with lanes asks before each in.php whether the shortest work from there still fits', () => {
-    const config = readWorkerConfig({ ...ENV, CHAIN_SECONDS: '100', LANES: '4', LANE_SHAPE_PARAM: '/t/l' });
+    const config = readWorkerConfig({ ...ENV, CHAIN_SECONDS: '100', LANES: '4', INITIAL_CAP: '12' });
     const fits = submitFitsMs(WORST) + DEADLINE_MARGIN_MS;
     expect(takeWindow(config, fits + 60_000).submitFits?.()).toBe(true);
     expect(takeWindow(config, fits - 1).submitFits?.()).toBe(false);

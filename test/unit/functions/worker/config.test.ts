@@ -7,7 +7,7 @@ const env = {
   QUEUE_URL: 'http://localhost:5000/123456789012/jobs',
   QUEUE_ARN: 'arn:aws:sqs:us-east-1:123456789012:jobs',
   DLQ_URL: 'http://localhost:5000/123456789012/jobs-dlq',
-  PIPELINE_STATE_PARAM: '/threadgate/pipeline-state',
+  LEDGER_TABLE: 'slot-ledger',
   CAPTCHAAI_SECRET_NAME: 'threadgate/captchaai-api-key',
   ALLOWED_HOSTS: 'forms.example.com, *.partner.org, 127.0.0.1:8080',
   AWS_LAMBDA_FUNCTION_NAME: 'threadgate-worker',
@@ -106,6 +106,16 @@ describe('worker config', () => {
     );
   });
 
+  it('reads the ledger table, the cap deployed and, with lanes, the first shape (that of INITIAL_CAP)', () => {
+    expect(readWorkerConfig(env)).toMatchObject({ ledgerTable: 'slot-ledger', lanes: 1 });
+    expect(readWorkerConfig(env).firstShape).toBeUndefined();
+    expect(readWorkerConfig({ ...env, LANES: '4', INITIAL_CAP: '12' })).toMatchObject({
+      firstCap: 12,
+      lanes: 4,
+      firstShape: { cap: 12, r: 3, L: 4, since: 0 },
+    });
+  });
+
   it('gives a retried message a visibility of 30 s times the time scale, at least 1 s', () => {
     expect(readWorkerConfig({ ...env, TIME_SCALE: '1' }).retryDelaySeconds).toBe(30);
     expect(readWorkerConfig({ ...env, TIME_SCALE: '0.01' }).retryDelaySeconds).toBe(1);
@@ -113,6 +123,9 @@ describe('worker config', () => {
 
   it.each([
     ['TABLE_NAME', { TABLE_NAME: '' }],
+    // The slot ledger's table also holds the state item: no worker runs without it.
+    ['LEDGER_TABLE', { LEDGER_TABLE: undefined }],
+    ['INITIAL_CAP', { LANES: '4' }],
     ['ALLOWED_HOSTS', { ALLOWED_HOSTS: ' , ' }],
     ['ALLOWED_HOSTS', { ALLOWED_HOSTS: 'http://x.com' }],
     ['LEASE_SECONDS', { LEASE_SECONDS: 'soon' }],

@@ -58,7 +58,7 @@ describe('chaos plan', () => {
         throttled: 0,
         kills: 1,
         timeoutWriteFailed: 12,
-        ssmThrottled: 5,
+        stateThrottled: 5,
         keyRotations: 1,
         resumes: 1,
         redriven: 2,

@@ -25,9 +25,7 @@ function stackWithRows(
       DlqUrl: 'dlq',
       MappingUuid: 'm',
       WorkerFunctionName: 'worker',
-      ...(laneShape ? { LaneShapeParameter: '/t/lane-shape' } : {}),
     },
-    ssm: { send: async () => ({ Parameter: { Value: JSON.stringify({ ...laneShape, since: 0 }) } }) },
     lambda: { send: async () => ({ ReservedConcurrentExecutions: 6 }) },
     documents,
     sqs: {
@@ -38,6 +36,8 @@ function stackWithRows(
     control: {
       readState: async () => ({ paused: false }),
       readMapping: async () => ({ enabled: true, maximumConcurrency: 6 }),
+      // With lanes, the shape published (the worker's LANES); none with one lane.
+      readShape: async () => (laneShape ? { ...laneShape, since: 0 } : undefined),
     },
     runtime: undefined,
     captcha: { stats: () => ({ inFlight: 2, threads: 8 }) },
