@@ -7,13 +7,13 @@ import { MAX_LANES } from '../functions/pipeline/lanes.js';
 import { type FormExpectation, parseFormExpectation } from '../functions/records/form-verdict.js';
 import { parseAllowlist, parseDnsServers } from '../functions/target/allowlist.js';
 import { worstCaseRecordMs } from '../functions/worker/worst-case.js';
+import { readInteger, readList, readNumber, readPerType, readString } from './config-readers.js';
 import {
   type LogLevel,
   readCostSettings,
   readMonitoring,
   type TableEncryptionChoice,
 } from './operating-settings.js';
-import { readInteger, readList, readNumber, readPerType, readString } from './config-readers.js';
 
 /**
  * threadgate's deploy-time settings. Each one can be given as CDK context
