@@ -3,18 +3,11 @@ import { Metrics, MetricUnit } from '@aws-lambda-powertools/metrics';
 import type { Context, SQSBatchResponse, SQSEvent } from 'aws-lambda';
 import { sleep as captchaSleep } from './captchaai/client.js';
 import { RotatingCaptchaAiClient } from './captchaai/rotating-client.js';
-import { awsWaitMs } from './common/aws-clients.js';
 import { DEFAULTS } from './common/settings.js';
-import { PipelineControl } from './pipeline/control.js';
+import { PipelineControl, type PipelineState } from './pipeline/control.js';
 import { SlotLedger } from './pipeline/ledger.js';
 import { ApiKeySource } from './pipeline/secret.js';
-import {
-  PipelineView,
-  STATE_RETRY_MS,
-  STATE_RETRY_WAIT_MS,
-  staleStateMs,
-  stateCacheMs,
-} from './pipeline/state-view.js';
+import { environmentView } from './pipeline/state-view.js';
 import { BatchCancels } from './records/cancellations.js';
 import { OutcomesStore } from './records/store.js';
 import { dnsServerResolver, systemResolver } from './target/allowlist.js';
@@ -91,7 +84,8 @@ export function createWorkerDeps(
     timeScale: config.timeScale,
     ...(config.firstShape ? { firstShape: config.firstShape } : {}),
   });
-  const view = pipelineView(config, control, captchaai, overrides.monotonic);
+  const onState = (state: PipelineState) => captchaai.noteState(state);
+  const view = environmentView(control, { ...config, onState, clock: overrides.monotonic });
   const store = new OutcomesStore({
     client: clients.ddb,
     tableName: config.tableName,
@@ -141,37 +135,6 @@ export function createWorkerDeps(
     metrics,
     ...overrides,
   };
-}
-
-/**
- * The environment's reads of the pipeline state (one GetItem of the state item): with lanes the
- * state and the shape are read together and shared by the lanes for a moment; with one lane every
- * record reads the state, as before. A throttled read answers the last good snapshot for a while,
- * or with none that young is tried again for a moment: a lane does not end on it, nor does an
- * invocation fall to one lane. Every read reaches the CaptchaAI client: a pause or a resume since
- * its key was read drops that key, so a rotated key is used from the resume on.
- */
-function pipelineView(
-  config: WorkerConfig,
-  control: PipelineControl,
-  captchaai: RotatingCaptchaAiClient,
-  clock: (() => number) | undefined,
-): PipelineView {
-  return new PipelineView({
-    read: async () => {
-      const snapshot = await control.readStateAndShape();
-      captchaai.noteState(snapshot.state);
-      return snapshot;
-    },
-    ttlMs: config.lanes > 1 ? stateCacheMs(config.timeScale) : 0,
-    staleMs: staleStateMs(config.timeScale),
-    retry: {
-      forMs: STATE_RETRY_MS,
-      waitMs: awsWaitMs(STATE_RETRY_WAIT_MS, config.timeScale),
-      sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-    },
-    ...(clock ? { clock } : {}),
-  });
 }
 
 /** A record key no job uses: the warm-up reads it to open the table's connection. */

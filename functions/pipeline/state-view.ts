@@ -1,4 +1,5 @@
-import type { PipelineState } from './control.js';
+import { awsWaitMs } from '../common/aws-clients.js';
+import type { PipelineControl, PipelineState } from './control.js';
 import type { PublishedShape } from './lanes.js';
 
 /**
@@ -117,4 +118,37 @@ export class PipelineView {
   #now(): number {
     return (this.o.clock ?? performance.now.bind(performance))();
   }
+}
+
+/**
+ * The worker environment's view: with lanes the state and the shape are read together and shared
+ * by the lanes for a moment; with one lane every record reads the state, as before. A throttled
+ * read answers the last good snapshot for a while, or with none that young is tried again for a
+ * moment: a lane does not end on it, nor does an invocation fall to one lane. Every read is told
+ * to `onState` (the CaptchaAI client drops a key read before a pause or a resume).
+ */
+export function environmentView(
+  control: Pick<PipelineControl, 'readStateAndShape'>,
+  o: {
+    lanes: number;
+    timeScale: number;
+    onState: (state: PipelineState) => void;
+    clock?: (() => number) | undefined;
+  },
+): PipelineView {
+  return new PipelineView({
+    read: async () => {
+      const snapshot = await control.readStateAndShape();
+      o.onState(snapshot.state);
+      return snapshot;
+    },
+    ttlMs: o.lanes > 1 ? stateCacheMs(o.timeScale) : 0,
+    staleMs: staleStateMs(o.timeScale),
+    retry: {
+      forMs: STATE_RETRY_MS,
+      waitMs: awsWaitMs(STATE_RETRY_WAIT_MS, o.timeScale),
+      sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+    },
+    ...(o.clock ? { clock: o.clock } : {}),
+  });
 }
