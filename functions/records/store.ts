@@ -129,6 +129,7 @@ export class OutcomesStore {
     const now = this.now();
     const leaseExpiresAt = now + claim.leaseMs;
     const earlier = earlierReceiveCondition(claim.receive);
+    const expiry = this.expiry(now);
     const input = {
       TableName: this.options.tableName,
       Key: { record_key: s(recordKey) },
@@ -138,7 +139,7 @@ export class OutcomesStore {
       UpdateExpression:
         'SET #status = :in_progress, lease_owner = :owner, lease_expires_at = :expires, captcha_type = :type, ' +
         `updated_at = :iso, status_at = if_not_exists(status_at, :iso), created_at = if_not_exists(created_at, :iso)${
-          this.expiry(now) ? ', expires_at = :ttl' : ''
+          expiry ? ', expires_at = :ttl' : ''
         }${
           claim.batchId === undefined
             ? ''
@@ -153,7 +154,7 @@ export class OutcomesStore {
         ':expires': n(leaseExpiresAt),
         ':type': s(claim.captchaType),
         ':iso': s(new Date(now).toISOString()),
-        ...this.expiry(now),
+        ...expiry,
         ...(claim.batchId === undefined
           ? {}
           : { ':batch': s(claim.batchId), ':shard': s(batchShardOf(claim.batchId, recordKey)) }),
