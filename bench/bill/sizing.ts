@@ -60,10 +60,11 @@ export interface SizingRow {
 
 /** The times after which a dead invocation's records and lanes come back, seconds (same for every row). */
 export interface ComeBack {
-  /** A message a lane took itself: at most the invocation's remaining time plus a margin. */
-  ownMessagesS: number;
-  /** The event's record: the jobs queue's visibility timeout. */
-  eventRecordS: number;
+  /**
+   * A message the invocation held (the event's, whose visibility it sets as it starts, or one a
+   * lane took itself): at most the invocation's remaining time plus a margin.
+   */
+  messagesS: number;
   /** The ledger frees its lanes: at most the lease after its last renewal, then the lease's tail. */
   ledgerLanesS: number;
 }
@@ -117,8 +118,7 @@ export function comeBack(): ComeBack {
     cooldownMs: config.cooldownMs,
   });
   return {
-    ownMessagesS: config.workerTimeoutSeconds + RECEIVE_VISIBILITY_MARGIN_S,
-    eventRecordS: config.visibilityTimeoutSeconds,
+    messagesS: config.workerTimeoutSeconds + RECEIVE_VISIBILITY_MARGIN_S,
     ledgerLanesS: Math.round((lease.ttlMs + lease.tailMs) / 1000),
   };
 }
@@ -143,7 +143,7 @@ function memoryCell(row: SizingRow): string {
 export function sizingMarkdown(reports: { path: string; report: BenchReport }[]): string {
   const rows = PLAN_SIZES.map((size) => sizingRow(size, reports));
   const back = comeBack();
-  const backCell = `${minutes(back.ownMessagesS)} a lane's own, ${minutes(back.eventRecordS)} the event's; lanes ${minutes(back.ledgerLanesS)}`;
+  const backCell = `records ${minutes(back.messagesS)}, lanes ${minutes(back.ledgerLanesS)}`;
   const sources = [...new Set(rows.flatMap((r) => (r.awsToPlan ? [r.awsToPlan.path] : [])))];
   const lines = [
     '| plan threads | `lanes` | r × L (of cap) | worker memory | CPU share | Lambda quota needed (r + 100) | AWS ÷ plan, full use | one failed invocation touches | its records come back, its lanes free, at most after |',
@@ -153,7 +153,7 @@ export function sizingMarkdown(reports: { path: string; report: BenchReport }[])
         `| ${n(row.planThreads)} | ${row.lanes} | ${n(row.shape.r)} × ${row.shape.L} = ${n(row.shape.r * row.shape.L)} (of ${n(row.shape.cap)}) | ${memoryCell(row)} | ${(row.memoryMb / MB_PER_VCPU).toFixed(2)} vCPU | ${n(row.lambdaQuota)} | ${awsCell(row)} | up to ${n(2 * row.shape.L)} records | ${backCell} |`,
     ),
     '',
-    `Reserve ${DEFAULTS.reserve}, every other setting at its default; regenerate with \`npm run docs:sizing\`. AWS ÷ plan is the whole AWS bill (us-east-1) against the CaptchaAI plan, from ${sources.map((s) => `\`${s}\``).join(' and ')}: each run's counted bill scaled to the plan's shape (how: [benchmark](benchmark.md#what-it-costs-a-month)). The memory's peak is the worst execution environment's as Lambda runs it, from the memory runs this table's marker names. A failed invocation (an OOM, a crash, its timeout) touches up to 2 records a lane (one solving, one posting), and they come back by themselves: a message a lane took itself once the invocation's remaining time + ${RECEIVE_VISIBILITY_MARGIN_S} s has passed, the event's record after the queue's visibility timeout (6 × the worker's timeout); the slot ledger frees its lanes once its lease (renewed every third of it) and then the task deadline and the cool-down have passed ([design](design.md#the-slot-ledger)). No lane of a failed invocation can be taken before then, so in flight stays within the cap.`,
+    `Reserve ${DEFAULTS.reserve}, every other setting at its default; regenerate with \`npm run docs:sizing\`. AWS ÷ plan is the whole AWS bill (us-east-1) against the CaptchaAI plan, from ${sources.map((s) => `\`${s}\``).join(' and ')}: each run's counted bill scaled to the plan's shape (how: [benchmark](benchmark.md#what-it-costs-a-month)). The memory's peak is the worst execution environment's as Lambda runs it, from the memory runs this table's marker names. A failed invocation (an OOM, a crash, its timeout) touches up to 2 records a lane (one solving, one posting), and they come back by themselves: each message it held (the event's and those its lanes took) once the invocation's remaining time + ${RECEIVE_VISIBILITY_MARGIN_S} s has passed, not the queue's visibility timeout of 6 × the worker's timeout; the slot ledger frees its lanes once its lease (renewed every third of it) and then the task deadline and the cool-down have passed ([design](design.md#the-slot-ledger)). No lane of a failed invocation can be taken before then, so in flight stays within the cap.`,
   ];
   return `${lines.join('\n')}\n`;
 }

@@ -30,15 +30,18 @@ export async function runInvocation(
   const signal = controller.signal;
   const endsAt = remainingMs === undefined ? undefined : performance.now() + remainingMs;
   try {
+    const receiveVisibility =
+      endsAt === undefined
+        ? undefined
+        : () => Math.ceil(Math.max(0, endsAt - performance.now()) / 1000) + RECEIVE_VISIBILITY_MARGIN_S;
     const window = {
       ...takeWindow(deps.config, remainingMs),
-      ...(endsAt === undefined
-        ? {}
-        : {
-            receiveVisibility: () =>
-              Math.ceil(Math.max(0, endsAt - performance.now()) / 1000) + RECEIVE_VISIBILITY_MARGIN_S,
-          }),
+      ...(receiveVisibility ? { receiveVisibility } : {}),
     };
+    // The event's records too: the mapping received them with the queue's visibility timeout (6 ×
+    // the function timeout by default), which a dead invocation's records would wait out. One call
+    // an invocation; what the invocation accounts (a retry, a give-back) sets its own later.
+    if (receiveVisibility) await setVisibility(deps, event.Records, receiveVisibility());
     const lanes = await invocationLanes(deps, startedAt);
     if (!deps.ledger) return await processBatch(event, deps, { signal, ...window, ...lanes });
     const lease = await InvocationLease.take(deps.ledger, lanes.lanes?.count ?? 1, {
@@ -76,8 +79,9 @@ export async function runInvocation(
 }
 
 /**
- * Beyond the invocation's remaining time, a message it took itself stays hidden this long: time
- * for its accounting after the last lane (visibility changes, deletes) before it could be seen.
+ * Beyond the invocation's remaining time, a message it holds (the event's, or one a lane took
+ * itself) stays hidden this long: time for its accounting after the last lane (visibility
+ * changes, deletes, Lambda's delete of the event's) before it could be seen.
  */
 export const RECEIVE_VISIBILITY_MARGIN_S = 60;
 
