@@ -52,17 +52,7 @@ export default defineConfig({
       },
       { extends: true, test: { name: 'unit-isolated', include: ISOLATED_UNIT } },
       { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
-      {
-        extends: true,
-        test: {
-          name: 'e2e',
-          include: ['test/e2e/**/*.test.ts'],
-          isolate: false,
-          // lease-expiry.test.ts runs its six proofs side by side (three of its own, three of
-          // ./crash-cap.ts): at vitest's default of 5 the sixth waited four minutes for a slot.
-          maxConcurrency: 6,
-        },
-      },
+      { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], isolate: false } },
     ],
   },
 });

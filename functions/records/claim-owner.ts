@@ -16,6 +16,12 @@ export function claimOwner(messageId: string, receiveCount: number, random: stri
   return `${receivePrefix(messageId, receiveCount)}${random}`;
 }
 
+/** The SQS message a claim's owner was made for, or undefined for an owner of another shape. */
+export function ownerMessageId(owner: string | undefined): string | undefined {
+  const parts = owner?.split('/');
+  return parts?.length === 3 && parts[0] ? parts[0] : undefined;
+}
+
 /** The start every owner of a message's claims shares, and with a receive count that receive's. */
 function receivePrefix(messageId: string, receiveCount?: number): string {
   return receiveCount === undefined ? `${messageId}/` : `${messageId}/${receiveCount}/`;

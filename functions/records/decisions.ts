@@ -18,6 +18,7 @@ import {
   CancelUnknownError,
   cancelledReason,
 } from './cancellations.js';
+import { ownerMessageId } from './claim-owner.js';
 import { type FormAnswer, type FormExpectation, judgeFormAnswer } from './form-verdict.js';
 import { type ClaimResult, isFinalStatus, type OutcomeRow } from './store.js';
 
@@ -55,7 +56,8 @@ type ClaimConflict = Extract<ClaimResult, { claimed: false }>['why'];
  * | anything else (AWS SDK, bugs)           | retry keeping the lease while receives < limit, then `failed` INTERNAL_ERROR |
  *
  * decideClaimConflict — the claim was refused: `finished` → drop (a duplicate, delete it);
- * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease, not before it expires.
+ * `leased` → retry LEASED_ELSEWHERE keeping the other owner's lease, not before it expires; a copy
+ * of a record another message holds, on its receive limit → drop HELD_BY_ANOTHER_MESSAGE.
  * decideTargetResponse — the form POST answered: 2xx/3xx → `submitted` OK, else `failed`
  * TARGET_HTTP_<status>. With an `expect` block a 2xx/3xx answer is read by it first: a failure
  * marker, a status or a redirect it does not accept → `failed` FORM_REJECTED; a success marker
@@ -129,6 +131,8 @@ export const REASON = {
   INVALID_JOB: 'INVALID_JOB',
   ABORTED: 'ABORTED',
   LEASED_ELSEWHERE: 'LEASED_ELSEWHERE',
+  /** A copy of a record another message holds, met on its receive limit: deleted, that message works the record. */
+  HELD_BY_ANOTHER_MESSAGE: 'HELD_BY_ANOTHER_MESSAGE',
   ALREADY_FINISHED: 'ALREADY_FINISHED',
   /** The form may or may not have taken the record: its POST was sent and its answer lost. */
   OUTCOME_UNKNOWN: 'OUTCOME_UNKNOWN',
@@ -235,11 +239,33 @@ export function decideOutcome(err: unknown, ctx: DecisionContext): RecordDecisio
     : { action: 'fail', reason: REASON.INTERNAL_ERROR };
 }
 
-export function decideClaimConflict(why: ClaimConflict, leaseExpiresAt?: number): RecordDecision {
+/** A refused claim's message, its receive, and the claim's owner as the row has it. */
+export interface ConflictCopy {
+  messageId: string;
+  leaseOwner: string | undefined;
+  receiveCount: number;
+  transientReceiveLimit: number;
+}
+
+export function decideClaimConflict(
+  why: ClaimConflict,
+  leaseExpiresAt?: number,
+  copy?: ConflictCopy,
+): RecordDecision {
   // Finished: the message is a duplicate, delete it. Leased: someone is on it; retry once the
   // lease has expired. Retrying every few seconds instead would push a duplicate that arrives
   // early in a long lease (after a crash, the whole lease) past maxReceiveCount into the DLQ.
   if (why === 'finished') return { action: 'drop', reason: REASON.ALREADY_FINISHED };
+  // A copy of a record another message holds, on its receive limit: that message works the record
+  // to its end (or, if its own invocation dies, comes back and resumes it), so this copy is
+  // deleted. Retried, a copy sent again after each crash of a long-held record spent its last
+  // receive on the refusal and SQS moved it to the DLQ with no reason (a chaos run at lanes 4).
+  // The same message's other receive (SQS may deliver one twice) is not another message: deleting
+  // it would delete the holder's.
+  const holder = ownerMessageId(copy?.leaseOwner);
+  const heldByAnotherMessage = holder !== undefined && holder !== copy?.messageId;
+  if (copy && heldByAnotherMessage && copy.receiveCount >= copy.transientReceiveLimit)
+    return { action: 'drop', reason: REASON.HELD_BY_ANOTHER_MESSAGE };
   return {
     action: 'retry',
     release: false,

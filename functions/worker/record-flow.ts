@@ -156,7 +156,9 @@ export async function processRecord(
       claimConflict: claim.why,
       existingStatus: claim.row?.status,
     });
-    return applyDecision(decideClaimConflict(claim.why, claim.row?.lease_expires_at), { record, deps, log });
+    const copy = { ...ctx, messageId: record.messageId, leaseOwner: claim.row?.lease_owner };
+    const decision = decideClaimConflict(claim.why, claim.row?.lease_expires_at, copy);
+    return applyDecision(decision, { record, deps, log });
   }
 
   // The row's batch, not the message's: a record sent again under another batch keeps its first

@@ -79,8 +79,13 @@ export type {
 const DEFAULT_REFRESH_MS = 500;
 /** With every queue mapping watched, the full re-read runs every this many refresh periods. */
 const WATCHED_REFRESH_FACTOR = 10;
-/** How often the alarms are evaluated: wall-clock, as CloudWatch's (not scaled by `timeScale`). */
-const ALARM_EVALUATION_MS = 10_000;
+/**
+ * How often the alarms are evaluated: wall-clock, once a minute as CloudWatch evaluates alarms on
+ * one-minute periods (not scaled by `timeScale`). Each evaluation reads every alarm and its metric
+ * from the emulator; every 10 s that was moto CPU for each stack the suite keeps alive, idle or
+ * not. A test that needs the alarms now calls `evaluateAlarms()`.
+ */
+const ALARM_EVALUATION_MS = 60_000;
 
 export class LocalRuntime implements RuntimeContext {
   readonly lambda: LambdaClient;

@@ -5,7 +5,7 @@ import { startE2eStack } from './harness.js';
 
 /**
  * The deployed stack of the lanes proofs (test/e2e/lanes.test.ts, and the fleet kills of
- * crash-cap.ts): moto, the real CDK app with `lanes` 4 (or as asked), the local runtime in
+ * crash-cap.test.ts): moto, the real CDK app with `lanes` 4 (or as asked), the local runtime in
  * a process of its own so the fleet can be killed. A plan of 14 threads with reserve 2 is cap 12,
  * carried by r = 3 invocations of L = 4 lanes.
  */

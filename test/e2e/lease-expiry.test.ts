@@ -10,7 +10,6 @@ import { localRuntimeOptions } from '../../local/stack/local-stack.js';
 import { queueDepth } from '../../local/stack/observation.js';
 import { generatedRecords } from '../../local/stack/records.js';
 import { feedQueue } from '../../local/stack/run.js';
-import { crashCapSuite } from './crash-cap.js';
 import {
   allFinished,
   CAP,
@@ -63,6 +62,19 @@ import {
 let stack: LocalStack;
 const runtimes: RuntimeProcess[] = [];
 const FINAL_WRITE = '":status":{"S":"submitted"}';
+
+beforeAll(async () => {
+  // A slow page (0.8 s) and POST (0.4 s) at this time scale keep each record in each phase long
+  // enough for the watcher to see it there.
+  stack = await startE2eStack('lease-expiry', {
+    runtime: false,
+    targetDelays: { pageMs: 80_000, postMs: 40_000 },
+  });
+}, 600_000);
+afterAll(async () => {
+  await Promise.all(runtimes.map((r) => r.kill()));
+  await stack?.stop();
+});
 
 function startRuntime(): Promise<RuntimeProcess> {
   return spawnRuntimeProcess(localRuntimeOptions(stack)).then((r) => {
@@ -133,20 +145,7 @@ const afterTheCrashes = new Promise<void>((resolve) => {
   crashesOver = resolve;
 });
 
-describe.concurrent('after a lease (local stack): crashes at each phase, final writes that never land, the short chaos run', () => {
-  beforeAll(async () => {
-    // A slow page (0.8 s) and POST (0.4 s) at this time scale keep each record in each phase long
-    // enough for the watcher to see it there.
-    stack = await startE2eStack('lease-expiry', {
-      runtime: false,
-      targetDelays: { pageMs: 80_000, postMs: 40_000 },
-    });
-  }, 600_000);
-  afterAll(async () => {
-    await Promise.all(runtimes.map((r) => r.kill()));
-    await stack?.stop();
-  });
-
+describe('after a lease (local stack): crashes at each phase, final writes that never land, the short chaos run', () => {
   it.concurrent('crash of the whole fleet at each named phase, then a fresh runtime: one in.php per record unless its task was past its deadline, at most one POST, OUTCOME_UNKNOWN after a started POST, every record final, cap kept', async ({
     expect,
   }) => {
@@ -324,6 +323,3 @@ describe.concurrent('after a lease (local stack): crashes at each phase, final w
     expect(result.violations, formatChaos(result)).toEqual([]);
   }, 900_000);
 });
-
-// The cap after a crash at time scale 0.1 waits out its own leases: beside these, in this file.
-crashCapSuite();

@@ -34,13 +34,11 @@ export function isLongest(file: TestSpecification): boolean {
 }
 
 /**
- * The e2e file whose records wait out a claim's lease (crashes: their messages come back after
- * it). It holds the crash proofs at time scale 0.1 too (./crash-cap.ts, waiting out a lease of
- * about 4 minutes), so one worker waits out both windows side by side and the other two work the
- * rest of the queue meanwhile: as two files they took two of the three workers for 4-5 minutes,
- * with the cores a quarter idle (a fresh-clone run at d141a99: 1.34-1.5 cores busy in those minutes).
+ * The e2e files whose records wait out a claim's lease (crashes: their messages come back after
+ * it). crash-cap.test.ts's kills at time scale 0.1 wait out a lease of about 4 minutes: started
+ * last, it ran on alone at the tail of a fresh-clone run for minutes.
  */
-const WAITS_OUT_LEASES = ['lease-expiry.test.ts'];
+const WAITS_OUT_LEASES = ['lease-expiry.test.ts', 'crash-cap.test.ts'];
 
 /** Whether a file's records wait out a claim's lease (test/e2e/lease-expiry.test.ts). */
 export function waitsOutLeases(file: TestSpecification): boolean {

@@ -19,7 +19,7 @@ import { e2eTarget } from './target.js';
  * Its own stack: the alarm must be untouched before the kill (no other file's errors in its five
  * minutes). What becomes of the killed record (it comes back after its claim's lease, about 170 s
  * here, and ends with at most one POST) is proven where records are killed on purpose, without
- * this file waiting that out: test/e2e/lease-expiry.test.ts (with ./crash-cap.ts).
+ * this file waiting that out: test/e2e/lease-expiry.test.ts and crash-cap.test.ts.
  */
 const TARGET = e2eTarget();
 /** Solves of 0.8–0.9 s (80–90 s unscaled at time scale 0.01), within the worker's 1.2 s deadline: caught mid-record. */

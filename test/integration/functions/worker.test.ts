@@ -329,6 +329,50 @@ describe('worker against moto and the stand-ins', () => {
     expect(await receive(clients.sqs, s.res.queueUrl)).toEqual([]);
   });
 
+  it('deletes a copy of a record another message holds on the copy’s receive limit: the holder keeps its claim and its message, nothing solved twice', async () => {
+    // Prepare: an invocation holds the record's 60 s lease (cut off after its submit, as by a crash).
+    const s = await setup({ RETRY_DELAY_SECONDS: '1' });
+    const key = newKey('held-copy');
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+    const controller = new AbortController();
+    const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
+    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+    controller.abort(new Error('test: invocation killed'));
+    await running;
+    const held = await s.store.get(key);
+    // A copy of the record sent again, on its third receive (the transient receive limit): the
+    // first two given up at once, as crashed invocations' receives are.
+    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+    let copy: Message | undefined;
+    for (let receives = 0, until = Date.now() + 10_000; receives < 3 && Date.now() < until; ) {
+      const [m] = await receive(clients.sqs, s.res.queueUrl, 1, receives < 2 ? 0 : 30);
+      if (m) {
+        receives += 1;
+        copy = m;
+      }
+    }
+    expect(copy?.Attributes?.ApproximateReceiveCount).toBe('3');
+    // Act
+    const out = await deliver(s, s.instance(), [copy!]);
+    // Assess: the copy is done with (deleted, not back with no reason later), the holder's claim
+    // and its own message untouched, one in.php in all.
+    expect(out.batchItemFailures).toEqual([]);
+    const after = await s.store.get(key);
+    expect(after).toMatchObject({ status: 'in_progress', lease_owner: held?.lease_owner });
+    expect(submitsFor(key)).toBe(1);
+    const depth = await clients.sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: s.res.queueUrl,
+        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
+      }),
+    );
+    expect(depth.Attributes).toMatchObject({
+      ApproximateNumberOfMessages: '0',
+      ApproximateNumberOfMessagesNotVisible: '1',
+    });
+  });
+
   it('with a revoked key, a batch of 10 makes 1 in.php call, 1 DLQ message, disables the mapping and leaves the other 9 in the queue', async () => {
     // Prepare: the poller took a batch of 10 in one receive (ApproximateReceiveCount = 1 each).
     const s = await setup();

@@ -14,6 +14,7 @@ import {
   UnsolvableError,
 } from '../../../../functions/common/errors.js';
 import { BatchCancelledError, CancelUnknownError } from '../../../../functions/records/cancellations.js';
+import { claimOwner } from '../../../../functions/records/claim-owner.js';
 import {
   type DecisionContext,
   decideClaimConflict,
@@ -185,6 +186,29 @@ describe('decideClaimConflict: the claim was refused', () => {
     ],
   ] as const)('%s', (_name, why, decision) => {
     expect(decideClaimConflict(why)).toEqual(decision);
+  });
+
+  it('a copy of a record another message holds is dropped on its receive limit, retried before it', () => {
+    const copy = { messageId: 'copy', leaseOwner: claimOwner('holder', 1, 'r'), transientReceiveLimit: 3 };
+    expect(decideClaimConflict('leased', 1_700_000_060_000, { ...copy, receiveCount: 3 })).toEqual({
+      action: 'drop',
+      reason: 'HELD_BY_ANOTHER_MESSAGE',
+    });
+    expect(decideClaimConflict('leased', 1_700_000_060_000, { ...copy, receiveCount: 2 })).toMatchObject({
+      action: 'retry',
+      reason: 'LEASED_ELSEWHERE',
+    });
+  });
+
+  it('another receive of the same message is retried on its receive limit, never dropped (its delete would delete the holder)', () => {
+    expect(
+      decideClaimConflict('leased', 1_700_000_060_000, {
+        messageId: 'holder',
+        leaseOwner: claimOwner('holder', 4, 'r'),
+        receiveCount: 5,
+        transientReceiveLimit: 3,
+      }),
+    ).toMatchObject({ action: 'retry', reason: 'LEASED_ELSEWHERE' });
   });
 
   it('a record leased elsewhere is retried not before that lease expires', () => {
