@@ -139,6 +139,17 @@ async function deliver(
   return out;
 }
 
+/** An invocation cut off after the record's submit (as by a crash): its claim and lease stay. */
+async function cutOffAfterSubmit(s: Setup, key: string): Promise<void> {
+  await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
+  const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
+  const controller = new AbortController();
+  const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
+  await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
+  controller.abort(new Error('test: invocation killed'));
+  await running;
+}
+
 async function rows(s: Setup): Promise<Array<Record<string, unknown>>> {
   const out = await clients.ddb.send(new ScanCommand({ TableName: s.res.tableName, ConsistentRead: true }));
   return (out.Items ?? []).map((item) =>
@@ -303,13 +314,7 @@ describe('worker against moto and the stand-ins', () => {
     // Prepare: an invocation holds the record's 60 s lease (cut off after its submit, as by a crash).
     const s = await setup({ RETRY_DELAY_SECONDS: '1' });
     const key = newKey('leased');
-    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
-    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
-    const controller = new AbortController();
-    const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
-    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
-    controller.abort(new Error('test: invocation killed'));
-    await running;
+    await cutOffAfterSubmit(s, key);
     const lease = Number((await s.store.get(key))?.lease_expires_at);
     // Act: a second message of the record (a duplicate) arrives while that lease is live. (The
     // cut-off invocation's own message waits for its lease too: it is not received here.)
@@ -333,13 +338,7 @@ describe('worker against moto and the stand-ins', () => {
     // Prepare: an invocation holds the record's 60 s lease (cut off after its submit, as by a crash).
     const s = await setup({ RETRY_DELAY_SECONDS: '1' });
     const key = newKey('held-copy');
-    await sendJobs(clients.sqs, s.res.queueUrl, [flatJob(key)]);
-    const [message] = await receiveAll(clients.sqs, s.res.queueUrl, 1);
-    const controller = new AbortController();
-    const running = deliver(s, s.instance(), [message!], { signal: controller.signal });
-    await waitFor(() => submitsFor(key) === 1, 'the in.php submit');
-    controller.abort(new Error('test: invocation killed'));
-    await running;
+    await cutOffAfterSubmit(s, key);
     const held = await s.store.get(key);
     // A copy of the record sent again, on its third receive (the transient receive limit): the
     // first two given up at once, as crashed invocations' receives are.
