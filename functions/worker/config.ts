@@ -32,6 +32,8 @@ export interface WorkerConfig extends LaneSettings {
   allowlist: Allowlist;
   /** Lease of a claim. Must exceed the function timeout, so a killed invocation's record is not re-solved while it could still be running. */
   leaseMs: number;
+  /** The jobs queue's visibility timeout, s (the mapping received the event with it); undefined when unset. */
+  queueVisibilitySeconds?: number;
   /** Transient failures are retried while ApproximateReceiveCount is below this; keep it below the queue's maxReceiveCount. */
   transientReceiveLimit: number;
   /** Timeout of each HTTP exchange with the target site. */
@@ -99,6 +101,14 @@ export function readWorkerConfig(env: Env = process.env): WorkerConfig {
     pollSchedule: readPollScheduleFromEnv(env),
     allowlist: parseAllowlist(allowedHosts),
     leaseMs: optionalNumber(env, 'LEASE_SECONDS', DEFAULTS.leaseSeconds, { min: 1, max: 43_200 }) * 1000,
+    ...(env.QUEUE_VISIBILITY_SECONDS === undefined
+      ? {}
+      : {
+          queueVisibilitySeconds: optionalNumber(env, 'QUEUE_VISIBILITY_SECONDS', 43_200, {
+            min: 1,
+            max: 43_200,
+          }),
+        }),
     transientReceiveLimit: optionalNumber(env, 'TRANSIENT_RECEIVE_LIMIT', DEFAULTS.transientReceiveLimit, {
       min: 1,
       integer: true,

@@ -60,6 +60,7 @@ export class Worker extends Construct {
       ALLOWED_HOSTS: config.allowedHosts.join(','),
       ...(config.dnsServers.length > 0 ? { DNS_SERVERS: config.dnsServers.join(',') } : {}),
       LEASE_SECONDS: String(config.leaseSeconds),
+      QUEUE_VISIBILITY_SECONDS: String(config.visibilityTimeoutSeconds),
       CHAIN_SECONDS: String(config.chainSeconds),
       ...(config.lanes > 1 ? { LANES: String(config.lanes) } : {}),
       TRANSIENT_RECEIVE_LIMIT: String(config.transientReceiveLimit),

@@ -40,8 +40,12 @@ export async function runInvocation(
     };
     // The event's records too: the mapping received them with the queue's visibility timeout (6 ×
     // the function timeout by default), which a dead invocation's records would wait out. One call
-    // an invocation; what the invocation accounts (a retry, a give-back) sets its own later.
-    if (receiveVisibility) await setVisibility(deps, event.Records, receiveVisibility());
+    // an invocation, and only to shorten it: a queue whose own timeout is shorter (the local
+    // stack's) keeps it. What the invocation accounts (a retry, a give-back) sets its own later.
+    const eventVisibility = receiveVisibility?.();
+    const queueVisibility = deps.config.queueVisibilitySeconds ?? Number.POSITIVE_INFINITY;
+    if (eventVisibility !== undefined && eventVisibility < queueVisibility)
+      await setVisibility(deps, event.Records, eventVisibility);
     const lanes = await invocationLanes(deps, startedAt);
     if (!deps.ledger) return await processBatch(event, deps, { signal, ...window, ...lanes });
     const lease = await InvocationLease.take(deps.ledger, lanes.lanes?.count ?? 1, {

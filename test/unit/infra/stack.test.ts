@@ -345,6 +345,7 @@ describe('ThreadgateStack with default settings', () => {
         'TIME_SCALE',
         'ALLOWED_HOSTS',
         'LEASE_SECONDS',
+        'QUEUE_VISIBILITY_SECONDS',
         'CHAIN_SECONDS',
         'TRANSIENT_RECEIVE_LIMIT',
         'TARGET_TIMEOUT_MS',
@@ -370,6 +371,8 @@ describe('ThreadgateStack with default settings', () => {
       ALLOWED_HOSTS: HOSTS,
       TIME_SCALE: '1',
       TRANSIENT_RECEIVE_LIMIT: '3',
+      // The queue's (6 × the timeout): the worker shortens its event's visibility only below it.
+      QUEUE_VISIBILITY_SECONDS: String(6 * 893),
       CAPTCHAAI_POLL_INTERVAL_MS: JSON.stringify(DEFAULT_TIMINGS.pollIntervalMs),
       CAPTCHAAI_FIRST_POLL_MS: JSON.stringify(DEFAULT_TIMINGS.firstPollMs),
       CAPTCHAAI_POLL_BUDGET: '17',

@@ -88,6 +88,14 @@ describe('worker config', () => {
     expect(() => readWorkerConfig({ ...env, FORM_EXPECT: '{"body_regex":"x"}' })).toThrow(/^FORM_EXPECT: /);
   });
 
+  it('reads QUEUE_VISIBILITY_SECONDS, none when unset, refused outside SQS’s 1–43,200 s', () => {
+    expect(readWorkerConfig(env).queueVisibilitySeconds).toBeUndefined();
+    expect(readWorkerConfig({ ...env, QUEUE_VISIBILITY_SECONDS: '5358' }).queueVisibilitySeconds).toBe(5358);
+    expect(() => readWorkerConfig({ ...env, QUEUE_VISIBILITY_SECONDS: '0' })).toThrow(
+      /^QUEUE_VISIBILITY_SECONDS/,
+    );
+  });
+
   it('reads CHAIN_SECONDS as the chain window in ms: none when unset, refused below 0 or above 900', () => {
     expect(readWorkerConfig(env).chainMs).toBe(0);
     expect(readWorkerConfig({ ...env, CHAIN_SECONDS: '1.2' }).chainMs).toBe(1200);
