@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { DynamoDBClient, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { LambdaClient } from '@aws-sdk/client-lambda';
-import { DeleteMessageCommand, GetQueueAttributesCommand, type Message } from '@aws-sdk/client-sqs';
+import { DeleteMessageCommand, type Message } from '@aws-sdk/client-sqs';
 import type { SQSBatchResponse } from 'aws-lambda';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pauseBackoffMs } from '../../../functions/pipeline/control.js';
@@ -12,6 +12,7 @@ import { readWorkerConfig } from '../../../functions/worker/config.js';
 import type { ProcessOptions, WorkerDeps } from '../../../functions/worker/types.js';
 import { createWorkerDeps } from '../../../functions/worker.js';
 import { MOTO_REGION, type MotoServer } from '../../../local/emulator/moto.js';
+import { queueDepth } from '../../../local/stack/observation.js';
 import { type CaptchaStandin, startCaptchaStandin } from '../../../local/standins/captchaai/standin.js';
 import { DnsStandin } from '../../../local/standins/dns.js';
 import {
@@ -360,16 +361,7 @@ describe('worker against moto and the stand-ins', () => {
     const after = await s.store.get(key);
     expect(after).toMatchObject({ status: 'in_progress', lease_owner: held?.lease_owner });
     expect(submitsFor(key)).toBe(1);
-    const depth = await clients.sqs.send(
-      new GetQueueAttributesCommand({
-        QueueUrl: s.res.queueUrl,
-        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-      }),
-    );
-    expect(depth.Attributes).toMatchObject({
-      ApproximateNumberOfMessages: '0',
-      ApproximateNumberOfMessagesNotVisible: '1',
-    });
+    expect(await queueDepth(clients, s.res.queueUrl)).toEqual({ visible: 0, inFlight: 1 });
   });
 
   it('with a revoked key, a batch of 10 makes 1 in.php call, 1 DLQ message, disables the mapping and leaves the other 9 in the queue', async () => {
@@ -546,16 +538,7 @@ describe('worker against moto and the stand-ins', () => {
     expect(await s.store.get(a)).toMatchObject({ status: 'submitted' });
     expect(submitsFor(b) - submitsBefore).toBe(0);
     expect(await s.store.get(b)).toMatchObject({ status: 'in_progress', lease_owner: 'someone-else' });
-    const attrs = await clients.sqs.send(
-      new GetQueueAttributesCommand({
-        QueueUrl: s.res.queueUrl,
-        AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'],
-      }),
-    );
-    expect(attrs.Attributes).toMatchObject({
-      ApproximateNumberOfMessages: '0',
-      ApproximateNumberOfMessagesNotVisible: '1',
-    });
+    expect(await queueDepth(clients, s.res.queueUrl)).toEqual({ visible: 0, inFlight: 1 });
   });
 
   it('chains only while the chain is open: without chainUntil, or once it has passed, the other messages stay in the queue', async () => {
